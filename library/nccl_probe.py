@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ncclprep contributors
+# Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nccl_probe
+short_description: Run torch.distributed collectives across all nodes and measure them
+description:
+  - Every host of the play runs this module at the same moment (launch it with C(async)),
+    each as one rank. Rank 0 hosts the TCP store at O(master_addr):O(master_port).
+  - Runs each collective in O(ops) over the size sweep O(sizes), checks every element of the
+    result, and reports time per operation, algbw and busbw (nccl-tests definitions,
+    GB = 1e9 bytes).
+  - Backend C(nccl) when CUDA GPUs are visible, C(gloo) otherwise (O(backend=auto)).
+  - The work runs in a child process under a hard deadline O(timeout); a rank that never
+    arrives or a collective that never completes gives status C(HANG) naming the stage and
+    the missing ranks, never a hung task.
+  - Must run with an interpreter that can import torch (torch_runtime's venv).
+options:
+  rank: {type: int, required: true, description: This host's rank, 0 .. world_size-1.}
+  hosts:
+    type: list
+    elements: str
+    required: true
+    description: Inventory names of all ranks in rank order; world size is its length.
+  master_addr: {type: str, required: true, description: Data-plane address of rank 0.}
+  master_port: {type: int, default: 29510, description: TCP port of the store on rank 0.}
+  backend: {type: str, default: auto, choices: [auto, nccl, gloo], description: Process group backend.}
+  ops:
+    type: list
+    elements: str
+    default: [all_reduce, all_gather, reduce_scatter, all_to_all, broadcast]
+    description: Collectives to run; ones the backend lacks are reported as skipped.
+  sizes:
+    type: list
+    elements: int
+    default: [4096, 65536, 1048576, 16777216]
+    description: Buffer sizes in bytes.
+  warmup: {type: int, default: 2, description: Untimed runs before timing.}
+  iters: {type: int, default: 5, description: Timed runs per size.}
+  env_file:
+    type: path
+    description: KEY=VALUE file (the nccl_env launch env) loaded into the environment first.
+  timeout: {type: int, default: 120, description: Hard deadline in seconds for the whole probe.}
+  join_timeout: {type: int, default: 30, description: Seconds to wait for all ranks to arrive.}
+author: ncclprep contributors
+"""
+
+EXAMPLES = r"""
+- name: Run the collectives on every node at once
+  nccl_probe:
+    rank: "{{ ansible_play_hosts_all.index(inventory_hostname) }}"
+    hosts: "{{ ansible_play_hosts_all }}"
+    master_addr: "{{ hostvars[ansible_play_hosts_all[0]].ansible_facts.ncclprep.data_plane.address }}"
+    env_file: /etc/ncclprep/nccl.env
+  vars:
+    ansible_python_interpreter: /opt/ncclprep/venv/bin/python
+  async: 180
+  poll: 0
+"""
+
+RETURN = r"""
+probe:
+  description: What this rank saw.
+  returned: always
+  type: dict
+  contains:
+    status: {type: str, description: PASS, FAIL (wrong results or an error) or HANG.}
+    rank: {type: int, description: This rank.}
+    world_size: {type: int, description: Number of ranks.}
+    backend: {type: str, description: gloo or nccl.}
+    stage: {type: str, description: Last stage reached (rendezvous, init_process_group, "<op> <bytes> B", done).}
+    missing_ranks: {type: list, description: Ranks that never arrived at the store.}
+    results: {type: list, description: "Rows: op, size_bytes, count, time_us, algbw_gbps, busbw_gbps, wrong."}
+    error: {type: str, description: Error text when the worker raised.}
+    elapsed_s: {type: float, description: Seconds the probe took.}
+"""
+
+import os
+import sys
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.ncclprep.collectives import SUPPORTED, run_rank
+from ansible.module_utils.ncclprep.deadline import run_with_deadline
+from ansible.module_utils.ncclprep.envfile import read_env_file
+
+try:
+    import torch
+
+    HAS_TORCH = True
+except ImportError:
+    HAS_TORCH = False
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            rank=dict(type="int", required=True),
+            hosts=dict(type="list", elements="str", required=True),
+            master_addr=dict(type="str", required=True),
+            master_port=dict(type="int", default=29510),
+            backend=dict(type="str", default="auto", choices=["auto", "nccl", "gloo"]),
+            ops=dict(
+                type="list",
+                elements="str",
+                default=["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"],
+            ),
+            sizes=dict(type="list", elements="int", default=[4096, 65536, 1048576, 16777216]),
+            warmup=dict(type="int", default=2),
+            iters=dict(type="int", default=5),
+            env_file=dict(type="path"),
+            timeout=dict(type="int", default=120),
+            join_timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    host = p["hosts"][p["rank"]] if 0 <= p["rank"] < len(p["hosts"]) else None
+    if host is None:
+        module.fail_json(msg=f"rank={p['rank']} is outside 0..{len(p['hosts']) - 1} (hosts={p['hosts']})")
+    known = set(SUPPORTED["nccl"])
+    bad = [op for op in p["ops"] if op not in known]
+    if bad:
+        module.fail_json(msg=f"{host}: unknown collective(s) in ops: {bad}; valid: {sorted(known)}")
+    if any(s <= 0 for s in p["sizes"]):
+        module.fail_json(msg=f"{host}: sizes must be positive byte counts, got {p['sizes']}")
+    if p["join_timeout"] >= p["timeout"]:
+        module.fail_json(
+            msg=f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
+        )
+    if not HAS_TORCH:
+        module.fail_json(msg=missing_required_lib("torch") + f" (host {host}, interpreter "
+                         f"{sys.executable}; run site.yml so torch_runtime installs it)")
+    if module.check_mode:
+        module.exit_json(changed=False, probe={"status": "SKIP", "rank": p["rank"], "host": host})
+
+    if p["env_file"]:
+        try:
+            os.environ.update(read_env_file(p["env_file"]))
+        except (OSError, ValueError) as exc:
+            module.fail_json(msg=f"{host}: env_file {p['env_file']}: {exc}")
+
+    backend = p["backend"]
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
+    world_size = len(p["hosts"])
+    run = run_with_deadline(
+        run_rank,
+        dict(
+            rank=p["rank"],
+            world_size=world_size,
+            master_addr=p["master_addr"],
+            master_port=p["master_port"],
+            backend=backend,
+            ops=p["ops"],
+            sizes=p["sizes"],
+            warmup=p["warmup"],
+            iters=p["iters"],
+            join_timeout_s=p["join_timeout"],
+            op_timeout_s=max(p["timeout"] - p["join_timeout"], 5),
+        ),
+        timeout_s=p["timeout"],
+    )
+    probe = {"rank": p["rank"], "host": host, "world_size": world_size, "backend": backend,
+             "elapsed_s": run["elapsed_s"], "error": None, "missing_ranks": []}
+    last_stage = run["stages"][-1]["stage"] if run["stages"] else "start"
+    if run["outcome"] == "result":
+        probe.update(run["value"])
+    elif run["outcome"] == "hang":
+        probe.update(status="HANG", stage=last_stage, results=[],
+                     error=f"no progress past '{last_stage}' within {p['timeout']} s")
+    else:
+        probe.update(status="FAIL", stage=last_stage, results=[], error=run["value"])
+    probe["missing_hosts"] = [p["hosts"][r] for r in probe.get("missing_ranks", [])]
+    module.exit_json(changed=False, probe=probe)
+
+
+if __name__ == "__main__":
+    main()

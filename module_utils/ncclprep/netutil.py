@@ -1,0 +1,63 @@
+"""Data-plane network helpers: which interface carries the cluster CIDR.
+
+Pure functions over plain data so that node_facts (on the nodes), the filter
+plugins (on the controller) and the tests share them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+
+def parse_cidr(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """Return the network of ``cidr`` (host bits allowed, e.g. ``10.0.0.5/24``).
+
+    Raises ValueError naming the value when it is not a CIDR.
+    """
+    try:
+        return ipaddress.ip_network(str(cidr), strict=False)
+    except ValueError as exc:
+        raise ValueError(f"not a CIDR: {cidr!r} ({exc})") from None
+
+
+def iface_for_cidr(addresses: dict[str, list[str]], cidr: str) -> tuple[str, str] | None:
+    """Find the interface with an address inside ``cidr``.
+
+    ``addresses`` maps interface name -> list of addresses (``"10.0.0.5"`` or
+    ``"10.0.0.5/24"``). Returns ``(interface, address)`` of the first match in
+    sorted interface order, or None when no interface is in the CIDR.
+    Raises ValueError when ``cidr`` is not a CIDR.
+    """
+    net = parse_cidr(cidr)
+    for name in sorted(addresses):
+        for addr in addresses[name] or []:
+            try:
+                ip = ipaddress.ip_interface(str(addr)).ip
+            except ValueError:
+                continue
+            if ip.version == net.version and ip in net:
+                return name, str(ip)
+    return None
+
+
+def ansible_facts_addresses(facts: dict) -> dict[str, list[str]]:
+    """Map interface -> IPv4/IPv6 addresses from Ansible's gathered ``ansible_facts``.
+
+    Reads ``facts['interfaces']`` and ``facts[<iface>]['ipv4'|'ipv4_secondaries'|'ipv6']``
+    as ansible.builtin.setup returns them; missing keys give empty lists.
+    """
+    out: dict[str, list[str]] = {}
+    for name in facts.get("interfaces", []) or []:
+        info = facts.get(name.replace("-", "_"), {}) or {}
+        addrs: list[str] = []
+        ipv4 = info.get("ipv4")
+        if isinstance(ipv4, dict) and ipv4.get("address"):
+            addrs.append(ipv4["address"])
+        for sec in info.get("ipv4_secondaries", []) or []:
+            if sec.get("address"):
+                addrs.append(sec["address"])
+        for v6 in info.get("ipv6", []) or []:
+            if v6.get("address"):
+                addrs.append(v6["address"])
+        out[name] = addrs
+    return out

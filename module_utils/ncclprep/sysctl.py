@@ -1,0 +1,73 @@
+"""Kernel parameters: names, /proc/sys paths, value normalisation, `sysctl -a` parsing.
+
+A sysctl value is a string; multi-value keys (``net.ipv4.tcp_rmem``) are
+whitespace-separated integers, which the kernel prints tab-separated. Values
+are compared after whitespace normalisation, as ansible.posix.sysctl does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)+$")
+
+
+def proc_path(key: str, root: str = "/proc/sys") -> str:
+    """Return the /proc/sys file of ``key`` (``net.core.somaxconn`` -> ``/proc/sys/net/core/somaxconn``).
+
+    Raises ValueError when ``key`` is not a dotted sysctl name.
+    """
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise ValueError(f"not a sysctl key: {key!r} (expected dotted name like net.core.somaxconn)")
+    return os.path.join(root, *key.split("."))
+
+
+def normalize(value: object) -> str:
+    """Return ``value`` as the kernel would print it, whitespace collapsed to one space.
+
+    Raises TypeError for booleans: YAML ``yes``/``true`` is never a valid sysctl
+    value and almost always a quoting mistake.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"boolean {value!r} is not a sysctl value; quote it or use 0/1")
+    if isinstance(value, (list, tuple)):
+        return " ".join(normalize(v) for v in value)
+    return " ".join(str(value).split())
+
+
+def read_live(keys: list[str], root: str = "/proc/sys") -> dict[str, str | None]:
+    """Read the live value of each key; None when the key is not visible here.
+
+    A key is invisible when the kernel lacks it or, inside a container, when it
+    is host-global rather than per network namespace (e.g. net.core.netdev_budget).
+    """
+    out: dict[str, str | None] = {}
+    for key in keys:
+        try:
+            with open(proc_path(key, root), encoding="utf-8") as fh:
+                out[key] = normalize(fh.read())
+        except (FileNotFoundError, PermissionError, NotADirectoryError):
+            out[key] = None
+    return out
+
+
+def parse_sysctl_a(text: str) -> tuple[dict[str, str], list[str]]:
+    """Parse ``sysctl -a`` output into ``({key: normalised value}, unparsed lines)``.
+
+    Lines are ``key = value``; the value may be empty or a tab-separated list.
+    Blank lines are skipped; any other line that is not ``key = value`` is
+    returned in the unparsed list, never raised on.
+    """
+    values: dict[str, str] = {}
+    unparsed: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not _KEY_RE.match(key):
+            unparsed.append(line)
+            continue
+        values[key] = normalize(value)
+    return values, unparsed

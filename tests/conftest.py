@@ -1,0 +1,29 @@
+"""Shared test setup: makes ``ansible.module_utils.ncclprep`` importable on the controller.
+
+Importing the ``ncclprep`` package is the one arrangement the CLI and the filter
+plugins use too (see src/ncclprep/__init__.py and the README's developer section).
+"""
+
+from __future__ import annotations
+
+import os
+
+import ncclprep  # noqa: F401  (extends ansible.module_utils.__path__)
+import pytest
+
+REPO = ncclprep.REPO_ROOT
+CASES = os.environ.get("NCCLPREP_CASES", os.path.join(os.path.dirname(REPO), "shared", "cases"))
+
+
+@pytest.fixture
+def case():
+    """Return a function that reads ../shared/cases/<relpath> (skips when shared/ is absent)."""
+
+    def read(relpath: str) -> str:
+        path = os.path.join(CASES, relpath)
+        if not os.path.exists(path):
+            pytest.skip(f"case file {path} not present")
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+
+    return read
