@@ -1,0 +1,92 @@
+"""ncclprep's Jinja2 filters. One pure function per filter; the logic lives in
+module_utils/ncclprep so that modules, CLI and tests share it.
+
+Controller-side plugins cannot import custom module_utils through Ansible, so
+this file puts the repository's src/ on sys.path and imports the ncclprep
+package, which makes ``ansible.module_utils.ncclprep`` importable (the one
+arrangement used by the CLI and the tests as well).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+if _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
+
+import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
+from ansible.errors import AnsibleFilterError  # noqa: E402
+from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
+    ansible_facts_addresses,
+    iface_for_cidr,
+    parse_cidr,
+)
+from ansible.module_utils.ncclprep.sysctl import normalize  # noqa: E402
+
+
+def data_plane(facts: dict, cidr: str, interface: str | None = None, host: str = "?") -> dict:
+    """Find this host's data-plane interface and address from gathered ``ansible_facts``.
+
+    With ``interface`` set, that interface must exist and hold an address in
+    ``cidr``; otherwise the interface holding an address in ``cidr`` is chosen.
+    Returns ``{"interface", "address", "cidr", "prefix", "mtu"}`` (mtu in bytes or None).
+    Raises AnsibleFilterError naming host, variable and value when nothing fits.
+    """
+    if cidr is None or cidr == "":
+        raise AnsibleFilterError(
+            f"{host}: data_plane_cidr is not set; set it in the inventory to the CIDR of the "
+            "data-plane network, e.g. data_plane_cidr: 10.0.0.0/24"
+        )
+    try:
+        net = parse_cidr(cidr)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{host}: data_plane_cidr={cidr!r} is invalid: {exc}") from None
+    addrs = ansible_facts_addresses(facts)
+    if interface:
+        if interface not in addrs:
+            raise AnsibleFilterError(
+                f"{host}: data_plane_interface={interface!r} does not exist; "
+                f"interfaces here: {', '.join(sorted(addrs)) or 'none'}"
+            )
+        found = iface_for_cidr({interface: addrs[interface]}, str(net))
+        if not found:
+            raise AnsibleFilterError(
+                f"{host}: data_plane_interface={interface!r} has no address in "
+                f"data_plane_cidr={cidr!r} (it has {addrs[interface] or 'none'})"
+            )
+    else:
+        found = iface_for_cidr(addrs, str(net))
+        if not found:
+            listing = "; ".join(f"{k}: {', '.join(v) or '-'}" for k, v in sorted(addrs.items()))
+            raise AnsibleFilterError(
+                f"{host}: no interface has an address in data_plane_cidr={cidr!r} ({listing})"
+            )
+    name, address = found
+    info = facts.get(name.replace("-", "_"), {}) or {}
+    return {
+        "interface": name,
+        "address": address,
+        "cidr": str(net),
+        "prefix": net.prefixlen,
+        "mtu": info.get("mtu"),
+    }
+
+
+def sysctl_value(value: object, key: str = "?", host: str = "?") -> str:
+    """Normalise a sysctl value for the drop-in file; raise AnsibleFilterError for booleans."""
+    try:
+        return normalize(value)
+    except TypeError as exc:
+        raise AnsibleFilterError(f"{host}: sysctl {key}: {exc}") from None
+
+
+class FilterModule:
+    """ncclprep filters."""
+
+    def filters(self) -> dict:
+        return {
+            "ncclprep_data_plane": data_plane,
+            "ncclprep_sysctl_value": sysctl_value,
+        }
