@@ -133,8 +133,12 @@ def main() -> None:
             msg=f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
         )
     if not HAS_TORCH:
-        module.fail_json(msg=missing_required_lib("torch") + f" (host {host}, interpreter "
-                         f"{sys.executable}; run site.yml so torch_runtime installs it)")
+        # A measurement result, not a task error: the other ranks report this rank missing.
+        module.exit_json(changed=False, probe={
+            "status": "FAIL", "rank": p["rank"], "host": host, "stage": "start", "results": [],
+            "missing_ranks": [], "missing_hosts": [],
+            "error": missing_required_lib("torch") + f" (interpreter {sys.executable}; "
+                     "run site.yml so torch_runtime installs it)"})
     if module.check_mode:
         module.exit_json(changed=False, probe={"status": "SKIP", "rank": p["rank"], "host": host})
 

@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ncclprep contributors
+# Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_facts
+short_description: Read what validate.yml checks on a node (read-only)
+description:
+  - Returns C(ansible_facts.ncclprep) with versions, network interfaces, the data-plane
+    interface, tracked sysctl values and host name resolution of every cluster name.
+  - Never changes anything; runs in check mode too and always returns C(changed=false).
+  - Every step that may block (name look-ups, TCP connects, the torch import) has a deadline.
+options:
+  cidr: {type: str, required: true, description: CIDR of the data-plane network.}
+  interface: {type: str, description: Data-plane interface name; null finds it from O(cidr).}
+  sysctl_keys: {type: list, elements: str, default: [], description: Sysctl keys to read.}
+  names:
+    type: list
+    elements: dict
+    default: []
+    description:
+      - "Host name entries to resolve: C({host, address, names}) (the host_names intent). Each
+        name must resolve to C(address), and C(address):O(connect_port) must accept TCP."
+  connect_port: {type: int, default: 22, description: TCP port used to prove a resolved address is reachable.}
+  torch_python: {type: path, description: Python of the torch venv whose torch and NCCL versions to read.}
+  timeout: {type: float, default: 5.0, description: Deadline in seconds for each look-up or connect.}
+author: ncclprep contributors
+"""
+
+EXAMPLES = r"""
+- name: Read the node's facts
+  node_facts:
+    cidr: 10.0.0.0/24
+    sysctl_keys: [net.core.somaxconn]
+    names: "{{ host_names_intent }}"
+    torch_python: /opt/ncclprep/venv/bin/python
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts under the key C(ncclprep).
+  returned: always
+  type: dict
+  contains:
+    ncclprep:
+      description: "hostname, versions{kernel, python, torch, torch_cuda, torch_nccl},
+        interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
+        sysctl{key: {value, writable}}, names[{host, name, expected, addresses, reachable, error}]"
+      type: dict
+"""
+
+import json
+import os
+import platform
+import socket
+import concurrent.futures
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
+from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
+
+_TORCH_PROBE = (
+    "import json, torch\n"
+    "nccl = None\n"
+    "try:\n"
+    "    nccl = '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None\n"
+    "except Exception:\n"
+    "    pass\n"
+    "print(json.dumps({'torch': torch.__version__, 'torch_cuda': torch.version.cuda, 'torch_nccl': nccl,\n"
+    "                  'gpus': torch.cuda.device_count() if torch.cuda.is_available() else 0}))\n"
+)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def interfaces(module: AnsibleModule) -> dict:
+    """Interfaces from sysfs (mtu, operstate) and `ip -j addr` (addresses with prefix)."""
+    out: dict = {}
+    for name in sorted(os.listdir("/sys/class/net")):
+        mtu = _read(f"/sys/class/net/{name}/mtu")
+        out[name] = {
+            "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+            "operstate": _read(f"/sys/class/net/{name}/operstate"),
+            "addresses": [],
+        }
+    rc, stdout, _ = module.run_command(["ip", "-j", "addr", "show"])
+    if rc == 0:
+        try:
+            for link in json.loads(stdout):
+                entry = out.setdefault(link.get("ifname"), {"mtu": link.get("mtu"), "operstate": None,
+                                                            "addresses": []})
+                entry["addresses"] = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+                                      if "local" in a]
+        except (ValueError, KeyError, TypeError):
+            pass
+    return out
+
+
+def resolve(entries: list, port: int, timeout: float) -> list:
+    """Resolve every name of every entry and connect to the expected address, each under a deadline."""
+    jobs = [(e.get("host"), name, e.get("address")) for e in entries for name in e.get("names", [])]
+
+    def one(job):
+        host, name, expected = job
+        row = {"host": host, "name": name, "expected": expected, "addresses": [],
+               "reachable": None, "error": None}
+        try:
+            infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            row["addresses"] = sorted({i[4][0] for i in infos})
+        except socket.gaierror as exc:
+            row["error"] = f"cannot resolve: {exc}"
+            return row
+        target = expected if expected in row["addresses"] else row["addresses"][0]
+        try:
+            with socket.create_connection((target, port), timeout=timeout):
+                row["reachable"] = True
+        except OSError as exc:
+            row["reachable"] = False
+            row["error"] = f"{target}:{port} unreachable: {exc}"
+        return row
+
+    if not jobs:
+        return []
+    rows = []
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(jobs)))
+    futures = {pool.submit(one, j): j for j in jobs}
+    done, pending = concurrent.futures.wait(futures, timeout=timeout * 2 + 1)
+    for fut, job in futures.items():
+        if fut in done:
+            rows.append(fut.result())
+        else:
+            rows.append({"host": job[0], "name": job[1], "expected": job[2], "addresses": [],
+                         "reachable": None, "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s"})
+    pool.shutdown(wait=False)
+    return rows
+
+
+def torch_versions(module: AnsibleModule, python: str, timeout: float) -> dict:
+    """torch, CUDA and NCCL versions from the venv's python (None values when absent)."""
+    empty = {"torch": None, "torch_cuda": None, "torch_nccl": None, "gpus": 0, "torch_error": None}
+    if not python or not os.path.exists(python):
+        return dict(empty, torch_error=f"{python} does not exist")
+    rc, stdout, stderr = module.run_command(["timeout", str(int(timeout)), python, "-c", _TORCH_PROBE])
+    if rc != 0:
+        return dict(empty, torch_error=(stderr.strip().splitlines() or [f"exit {rc}"])[-1])
+    try:
+        return dict(empty, **json.loads(stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return dict(empty, torch_error=f"unreadable output: {stdout[:200]!r}")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            cidr=dict(type="str", required=True),
+            interface=dict(type="str"),
+            sysctl_keys=dict(type="list", elements="str", default=[]),
+            names=dict(type="list", elements="dict", default=[]),
+            connect_port=dict(type="int", default=22),
+            torch_python=dict(type="path"),
+            timeout=dict(type="float", default=5.0),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    me = socket.gethostname()
+    try:
+        parse_cidr(p["cidr"])
+    except ValueError as exc:
+        module.fail_json(msg=f"{me}: cidr: {exc}")
+    for key in p["sysctl_keys"]:
+        try:
+            proc_path(key)
+        except ValueError as exc:
+            module.fail_json(msg=f"{me}: sysctl_keys: {exc}")
+
+    ifaces = interfaces(module)
+    addr_map = {name: info["addresses"] for name, info in ifaces.items()}
+    if p["interface"]:
+        found = iface_for_cidr({p["interface"]: addr_map.get(p["interface"], [])}, p["cidr"])
+    else:
+        found = iface_for_cidr(addr_map, p["cidr"])
+    data_plane = None
+    if found:
+        name, address = found
+        data_plane = {"interface": name, "address": address, "mtu": ifaces[name]["mtu"],
+                      "operstate": ifaces[name]["operstate"]}
+
+    live = read_live(p["sysctl_keys"])
+    sysctl = {key: {"value": value,
+                    "writable": value is not None and os.access(proc_path(key), os.W_OK)}
+              for key, value in live.items()}
+    facts = {
+        "hostname": me,
+        "versions": dict(kernel=platform.release(), python=platform.python_version(),
+                         **torch_versions(module, p["torch_python"], max(p["timeout"], 60))),
+        "interfaces": ifaces,
+        "data_plane": data_plane,
+        "cidr": p["cidr"],
+        "sysctl": sysctl,
+        "names": resolve(p["names"], p["connect_port"], p["timeout"]),
+    }
+    module.exit_json(changed=False, ansible_facts={"ncclprep": facts})
+
+
+if __name__ == "__main__":
+    main()

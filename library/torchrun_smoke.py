@@ -1,0 +1,131 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ncclprep contributors
+# Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: torchrun_smoke
+short_description: Run a real multi-node torchrun DDP job of a few steps through the rendered launcher
+description:
+  - Every host of the play runs this module at the same moment (launch it with C(async)).
+    It starts O(launcher) (nccl_env's ncclprep-torchrun: c10d rendezvous, the launch env
+    file) with a small DDP training script, and reads each worker's result line.
+  - The job runs in its own process group and is killed at O(timeout); a job that does not
+    finish is reported as C(HANG) with the last lines it printed (e.g. the rendezvous
+    warnings of an unresolvable MASTER_ADDR).
+  - Changes nothing on the node except a temporary folder removed afterwards.
+options:
+  launcher: {type: path, default: /usr/local/bin/ncclprep-torchrun, description: The torchrun launcher.}
+  rdzv_id: {type: str, required: true, description: Rendezvous id, the same on every node and new per run.}
+  steps: {type: int, default: 5, description: Optimizer steps.}
+  accumulation: {type: int, default: 2, description: Micro-batches per step (all but the last under no_sync).}
+  bucket_mb: {type: float, default: 25, description: DDP bucket size in MB.}
+  timeout: {type: int, default: 120, description: Hard deadline in seconds for the whole job.}
+author: ncclprep contributors
+"""
+
+EXAMPLES = r"""
+- name: Run the smoke job on every node at once
+  torchrun_smoke:
+    rdzv_id: "preflight-{{ ansible_date_time.epoch }}"
+  async: 180
+  poll: 0
+"""
+
+RETURN = r"""
+smoke:
+  description: What the job on this node did.
+  returned: always
+  type: dict
+  contains:
+    status: {type: str, description: PASS, FAIL or HANG.}
+    rc: {type: int, description: Launcher exit code (null on HANG).}
+    workers: {type: list, description: "One result per local worker: rank, world_size, master_addr, final_loss, params_identical, seconds."}
+    error: {type: str, description: Why it failed or hung.}
+    log_tail: {type: list, description: Last lines the job printed.}
+    elapsed_s: {type: float, description: Seconds the job took.}
+"""
+
+import inspect
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ncclprep import ddp_smoke
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            launcher=dict(type="path", default="/usr/local/bin/ncclprep-torchrun"),
+            rdzv_id=dict(type="str", required=True),
+            steps=dict(type="int", default=5),
+            accumulation=dict(type="int", default=2),
+            bucket_mb=dict(type="float", default=25),
+            timeout=dict(type="int", default=120),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    host = os.uname().nodename
+    if not os.access(p["launcher"], os.X_OK):
+        module.exit_json(changed=False, smoke={
+            "status": "FAIL", "rc": None, "workers": [], "elapsed_s": 0, "log_tail": [], "host": host,
+            "error": f"launcher={p['launcher']} is not an executable file; run site.yml (role nccl_env)"})
+    if p["steps"] < 1 or p["accumulation"] < 1:
+        module.fail_json(msg=f"{host}: steps={p['steps']} and accumulation={p['accumulation']} must be >= 1")
+    if module.check_mode:
+        module.exit_json(changed=False, smoke={"status": "SKIP", "workers": []})
+
+    workdir = tempfile.mkdtemp(prefix="ncclprep-smoke-")
+    script = os.path.join(workdir, "ddp_smoke.py")
+    with open(script, "w", encoding="utf-8") as fh:
+        fh.write(inspect.getsource(ddp_smoke))
+    env = dict(os.environ, NCCLPREP_RDZV_ID=p["rdzv_id"], PYTHONUNBUFFERED="1")
+    cmd = [p["launcher"], script, f"steps={p['steps']}", f"accumulation={p['accumulation']}",
+           f"bucket_mb={p['bucket_mb']}", f"timeout={max(p['timeout'] - 10, 10)}"]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
+                            env=env, start_new_session=True, text=True)
+    hung = False
+    try:
+        output, _ = proc.communicate(timeout=p["timeout"])
+    except subprocess.TimeoutExpired:
+        hung = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=10)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = round(time.monotonic() - start, 3)
+    lines = output.splitlines()
+    workers = []
+    for line in lines:
+        idx = line.find(ddp_smoke.MARKER)
+        if idx >= 0:
+            try:
+                workers.append(json.loads(line[idx + len(ddp_smoke.MARKER):]))
+            except ValueError:
+                pass
+    smoke = {"rc": None if hung else proc.returncode, "workers": workers, "elapsed_s": elapsed,
+             "log_tail": [ln[-300:] for ln in lines[-15:]], "error": None, "host": host}
+    if hung:
+        smoke.update(status="HANG", error=f"torchrun did not finish within {p['timeout']} s")
+    elif proc.returncode != 0:
+        smoke.update(status="FAIL", error=f"torchrun exited with code {proc.returncode}")
+    elif not workers or not all(w.get("params_identical") for w in workers):
+        smoke.update(status="FAIL", error="workers ended with different parameters or printed no result")
+    else:
+        smoke["status"] = "PASS"
+    module.exit_json(changed=False, smoke=smoke)
+
+
+if __name__ == "__main__":
+    main()

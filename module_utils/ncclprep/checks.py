@@ -1,0 +1,301 @@
+"""The check model and the cluster checks of validate.yml.
+
+A check is a dict with stable keys: ``id`` (stable, dotted), ``status`` (one of
+STATUSES), ``hosts`` (the hosts or links to blame, sorted), ``measured``,
+``expected``, ``message`` (one line) and ``remediation`` (one line).
+
+``evaluate`` turns per-host records into checks. A record is
+``{"facts": <node_facts ansible_facts.ncclprep> | None, "intent": {...},
+"probe": <nccl_probe result> | None, "smoke": <torchrun_smoke result> | None}``
+where intent holds ``sysctl`` (key -> value), ``torch_version`` (str),
+``mtu`` (int | None) and ``names`` (the host_names intent).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ansible.module_utils.ncclprep.sysctl import normalize
+
+STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "HANG")
+BAD = ("FAIL", "HANG")
+
+
+def make_check(cid: str, status: str, hosts=(), measured=None, expected=None, message: str = "",
+               remediation: str = "") -> dict:
+    """Build one check. Raises ValueError for a status not in STATUSES."""
+    if status not in STATUSES:
+        raise ValueError(f"check {cid}: status {status!r} not in {STATUSES}")
+    return {"id": cid, "status": status, "hosts": sorted(set(hosts)), "measured": measured,
+            "expected": expected, "message": message, "remediation": remediation}
+
+
+def overall(checks: list[dict]) -> str:
+    """Cluster status: FAIL when any check is FAIL or HANG, else PASS (WARN and SKIP pass)."""
+    return "FAIL" if any(c["status"] in BAD for c in checks) else "PASS"
+
+
+def _majority(values: dict):
+    """Most common value among hosts (ties broken by the smallest repr for stability)."""
+    counts = Counter(values.values())
+    best = max(counts.values())
+    return sorted((v for v, n in counts.items() if n == best), key=repr)[0]
+
+
+def check_reachable(all_hosts: list[str], records: dict) -> list[dict]:
+    """FAIL naming every host that gave no facts (unreachable or failed before the checks)."""
+    missing = [h for h in all_hosts if not (records.get(h) or {}).get("facts")]
+    if missing:
+        return [make_check("host.reachable", "FAIL", missing, measured="no facts",
+                           expected="facts from every host",
+                           message=f"{', '.join(missing)} did not answer or failed before the checks",
+                           remediation="bring the host back (ssh, power, ansible errors above) or "
+                                       "remove it from the inventory")]
+    return [make_check("host.reachable", "PASS", [], measured=len(all_hosts), expected=len(all_hosts),
+                       message=f"all {len(all_hosts)} hosts answered")]
+
+
+def check_sysctl(records: dict) -> list[dict]:
+    """One check per intended sysctl key: FAIL naming hosts whose writable live value differs.
+
+    A key that is absent or read-only on a host (host-global, seen from a container's
+    network namespace) is SKIP there: it cannot be applied from that namespace.
+    """
+    keys = sorted({k for r in records.values() if r.get("facts")
+                   for k in (r.get("intent", {}).get("sysctl") or {})})
+    out = []
+    for key in keys:
+        measured, bad, skipped, expected = {}, [], [], {}
+        for host, rec in sorted(records.items()):
+            if not rec.get("facts") or key not in (rec["intent"].get("sysctl") or {}):
+                continue
+            want = normalize(rec["intent"]["sysctl"][key])
+            expected[host] = want
+            live = (rec["facts"].get("sysctl") or {}).get(key) or {}
+            value = live.get("value")
+            measured[host] = value
+            if value is None:
+                skipped.append(host)
+            elif normalize(value) != want:
+                (bad if live.get("writable") else skipped).append(host)
+        exp = _majority(expected) if len(set(expected.values())) == 1 else expected
+        if bad:
+            detail = ", ".join(f"{h}={measured[h]}" for h in bad)
+            out.append(make_check(
+                f"sysctl.{key}", "FAIL", bad, measured={h: measured[h] for h in bad}, expected=exp,
+                message=f"{key} differs from intent on {', '.join(bad)} ({detail}; intended {want})",
+                remediation=f"re-run site.yml (role sysctl_tuning) or on {', '.join(bad)}: "
+                            f"sysctl -w {key}='{want}'"))
+        elif skipped and len(skipped) == len(measured):
+            out.append(make_check(
+                f"sysctl.{key}", "SKIP", skipped, measured=measured, expected=exp,
+                message=f"{key} is host-global (absent or read-only in this network namespace) "
+                        f"on {', '.join(skipped)}: not applicable here",
+                remediation="set it on the physical host if it matters"))
+        else:
+            note = f"; not applicable (host-global) on {', '.join(skipped)}" if skipped else ""
+            out.append(make_check(f"sysctl.{key}", "PASS", [], measured=measured, expected=exp,
+                                  message=f"{key} as intended{note}"))
+    return out
+
+
+def check_names(records: dict) -> list[dict]:
+    """Every published host name resolves on every node to its data-plane address, which answers."""
+    problems, hosts, rows = [], set(), 0
+    for host, rec in sorted(records.items()):
+        for row in (rec.get("facts") or {}).get("names") or []:
+            rows += 1
+            err = None
+            if row.get("error") and not row.get("addresses"):
+                err = row["error"]
+            elif row.get("expected") and row["expected"] not in row.get("addresses", []):
+                err = f"resolves to {', '.join(row['addresses'])}, not {row['expected']}"
+            elif row.get("reachable") is False:
+                err = row.get("error") or "unreachable"
+            if err:
+                problems.append(f"on {host}: {row['name']} {err}")
+                hosts.add(host)
+    if problems:
+        return [make_check("names.resolve", "FAIL", hosts, measured=problems,
+                           expected="every node name -> its data-plane address, reachable",
+                           message="; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""),
+                           remediation=f"re-run site.yml (role host_names) and check /etc/hosts and DNS "
+                                       f"on {', '.join(sorted(hosts))}")]
+    if rows == 0:
+        return [make_check("names.resolve", "SKIP", message="no host names to check")]
+    return [make_check("names.resolve", "PASS", measured=rows, expected=rows,
+                       message=f"{rows} name look-ups resolved to the data-plane address and answered")]
+
+
+def check_data_plane(records: dict) -> list[dict]:
+    """The data-plane interface exists and is up everywhere, with one MTU (the intended one if set)."""
+    out = []
+    present = {h: (r.get("facts") or {}).get("data_plane") for h, r in records.items() if r.get("facts")}
+    missing = sorted(h for h, dp in present.items() if not dp)
+    down = sorted(h for h, dp in present.items() if dp and dp.get("operstate") not in ("up", "unknown"))
+    if missing or down:
+        msg = []
+        if missing:
+            msg.append(f"no interface in the data-plane CIDR on {', '.join(missing)}")
+        if down:
+            msg.append(f"data-plane interface down on {', '.join(down)}")
+        out.append(make_check("data_plane.interface", "FAIL", missing + down,
+                              measured={h: (dp or {}).get("interface") for h, dp in present.items()},
+                              expected="an up interface with an address in the data-plane CIDR",
+                              message="; ".join(msg),
+                              remediation="check data_plane_cidr / data_plane_interface and the link"))
+    else:
+        out.append(make_check("data_plane.interface", "PASS",
+                              measured={h: dp["interface"] for h, dp in present.items()},
+                              message="data-plane interface present and up on every host"))
+    mtus = {h: dp.get("mtu") for h, dp in present.items() if dp}
+    if not mtus:
+        return out
+    intents = {r.get("intent", {}).get("mtu") for r in records.values() if r.get("facts")} - {None}
+    want = intents.pop() if len(intents) == 1 else _majority(mtus)
+    odd = sorted(h for h, m in mtus.items() if m != want)
+    if odd:
+        out.append(make_check("data_plane.mtu", "FAIL", odd, measured=mtus, expected=want,
+                              message=f"MTU differs on {', '.join(odd)} "
+                                      f"({', '.join(f'{h}={mtus[h]}' for h in odd)}; expected {want})",
+                              remediation=f"set MTU {want} on the data-plane interface of {', '.join(odd)}"))
+    else:
+        out.append(make_check("data_plane.mtu", "PASS", measured=want, expected=want,
+                              message=f"MTU {want} on every host"))
+    return out
+
+
+def check_versions(records: dict) -> list[dict]:
+    """torch is installed at the pinned version (local label ignored) on every host."""
+    seen = {h: ((r.get("facts") or {}).get("versions") or {}).get("torch")
+            for h, r in records.items() if r.get("facts")}
+    pins = {h: r.get("intent", {}).get("torch_version") for h, r in records.items() if r.get("facts")}
+    bad = sorted(h for h, v in seen.items()
+                 if v is None or (pins.get(h) and v.split("+")[0] != str(pins[h]).split("+")[0]))
+    if not seen:
+        return []
+    expected = _majority(pins) if pins else None
+    if bad:
+        return [make_check("versions.torch", "FAIL", bad, measured=seen, expected=expected,
+                           message=f"torch missing or not at the pin on {', '.join(bad)} "
+                                   f"({', '.join(f'{h}={seen[h]}' for h in bad)})",
+                           remediation="re-run site.yml (role torch_runtime)")]
+    return [make_check("versions.torch", "PASS", measured=_majority(seen), expected=expected,
+                       message=f"torch {_majority(seen)} on every host")]
+
+
+def summarize_collectives(records: dict) -> dict:
+    """Merge every rank's rows: per op and size the slowest rank's time and the busbw it gives.
+
+    Returns ``{op: [{size_bytes, time_us_max, algbw_gbps, busbw_gbps, wrong, slowest_host}]}``
+    (bandwidths in GB/s from the slowest rank, nccl-tests style; wrong summed over ranks).
+    """
+    merged: dict = {}
+    for host, rec in sorted(records.items()):
+        for row in (rec.get("probe") or {}).get("results") or []:
+            if "skipped" in row:
+                continue
+            key = (row["op"], row["size_bytes"])
+            cur = merged.get(key)
+            if cur is None or row["time_us"] > cur["time_us_max"]:
+                wrong = row["wrong"] + (cur["wrong"] if cur else 0)
+                merged[key] = {"size_bytes": row["size_bytes"], "time_us_max": row["time_us"],
+                               "algbw_gbps": row["algbw_gbps"], "busbw_gbps": row["busbw_gbps"],
+                               "wrong": wrong, "slowest_host": host}
+            else:
+                cur["wrong"] += row["wrong"]
+    out: dict = {}
+    for (op, _size), row in sorted(merged.items()):
+        out.setdefault(op, []).append(row)
+    return out
+
+
+def check_collectives(records: dict, all_hosts: list[str], min_busbw_gbps: float | None = None) -> list[dict]:
+    """Collectives ran on every rank, gave correct results, and (optionally) reached a busbw floor."""
+    probes = {h: (records.get(h) or {}).get("probe") for h in all_hosts}
+    absent = sorted(h for h, p in probes.items() if not p)
+    hung = {h: p for h, p in probes.items() if p and p.get("status") == "HANG"}
+    failed = {h: p for h, p in probes.items() if p and p.get("status") == "FAIL"}
+    if hung or (absent and len(absent) < len(all_hosts)):
+        missing = sorted({m for p in hung.values() for m in p.get("missing_hosts", [])} | set(absent))
+        stages = sorted({f"{p.get('stage')}" for p in hung.values()})
+        blame = missing or sorted(hung)
+        return [make_check("collective.run", "HANG", blame,
+                           measured={h: (p or {}).get("stage", "no result") for h, p in probes.items()},
+                           expected="every rank completes",
+                           message=(f"ranks on {', '.join(missing)} never arrived; " if missing else "")
+                                   + f"stuck at {', '.join(stages) or 'start'}",
+                           remediation="check that the host is up, the rendezvous/ephemeral ports are open "
+                                       "between nodes and NCCL/GLOO_SOCKET_IFNAME names the data-plane NIC")]
+    if absent:
+        return [make_check("collective.run", "SKIP", message="no probe results (nothing ran)")]
+    if failed and not any(p.get("results") for p in failed.values()):
+        errors = "; ".join(f"{h}: {p.get('error')}" for h, p in sorted(failed.items()))
+        return [make_check("collective.run", "FAIL", sorted(failed), measured=errors,
+                           expected="every rank completes", message=errors[:400],
+                           remediation="read the error; run with NCCL_DEBUG=INFO for the transport log")]
+    out = []
+    summary = summarize_collectives(records)
+    world = len(all_hosts)
+    for op, rows in summary.items():
+        wrong_hosts = sorted(h for h, p in probes.items()
+                             for r in (p or {}).get("results", []) if r.get("op") == op and r.get("wrong"))
+        largest = rows[-1]
+        measured = {"size_bytes": largest["size_bytes"], "busbw_gbps": largest["busbw_gbps"],
+                    "algbw_gbps": largest["algbw_gbps"], "time_us": largest["time_us_max"],
+                    "world_size": world}
+        if wrong_hosts:
+            total = sum(r["wrong"] for r in rows)
+            out.append(make_check(f"collective.{op}", "FAIL", wrong_hosts, measured=dict(measured, wrong=total),
+                                  expected="0 wrong elements",
+                                  message=f"{op}: {total} wrong elements, seen on {', '.join(wrong_hosts)}",
+                                  remediation="data corruption: check GPU/NIC health (dmesg, ECC) on those hosts"))
+        elif min_busbw_gbps is not None and largest["busbw_gbps"] < min_busbw_gbps:
+            out.append(make_check(f"collective.{op}", "FAIL", [largest["slowest_host"]], measured=measured,
+                                  expected=f">= {min_busbw_gbps} GB/s busbw",
+                                  message=f"{op} busbw {largest['busbw_gbps']:.3g} GB/s at "
+                                          f"{largest['size_bytes']} B, below {min_busbw_gbps} GB/s "
+                                          f"(slowest rank on {largest['slowest_host']})",
+                                  remediation="check link speed, MTU and NCCL transport on the slowest host"))
+        else:
+            out.append(make_check(f"collective.{op}", "PASS", measured=measured,
+                                  expected=(f">= {min_busbw_gbps} GB/s busbw" if min_busbw_gbps else "correct"),
+                                  message=f"{op} correct on {world} ranks; busbw {largest['busbw_gbps']:.3g} GB/s "
+                                          f"at {largest['size_bytes']} B"))
+    return out
+
+
+def check_smoke(records: dict, all_hosts: list[str]) -> list[dict]:
+    """The torchrun DDP job finished on every node with identical parameters everywhere."""
+    smokes = {h: (records.get(h) or {}).get("smoke") for h in all_hosts}
+    if not any(smokes.values()):
+        return [make_check("torchrun.smoke", "SKIP", message="the smoke job did not run")]
+    hung = sorted(h for h, s in smokes.items() if s and s.get("status") == "HANG")
+    failed = sorted(h for h, s in smokes.items() if s and s.get("status") == "FAIL")
+    absent = sorted(h for h, s in smokes.items() if not s)
+    status_of = {h: (s or {}).get("status", "no result") for h, s in smokes.items()}
+    if hung or failed or absent:
+        status = "HANG" if hung and not failed else "FAIL"
+        blame = absent or failed or hung
+        detail = "; ".join(f"{h}: {(smokes[h] or {}).get('error') or 'no result'}" for h in (failed + hung + absent))
+        return [make_check("torchrun.smoke", status, blame, measured=status_of, expected="PASS on every node",
+                           message=detail[:400],
+                           remediation="read log_tail in the host reports; a hang with 'gai error' warnings "
+                                       "means the rank-0 host name does not resolve (role host_names)")]
+    workers = [w for s in smokes.values() for w in s.get("workers", [])]
+    world = {w.get("world_size") for w in workers}
+    return [make_check("torchrun.smoke", "PASS", measured={"workers": len(workers), "world_size": sorted(world)},
+                       expected="identical parameters on every rank",
+                       message=f"torchrun c10d DDP job: {len(workers)} workers, parameters identical")]
+
+
+def evaluate(records: dict, all_hosts: list[str], min_busbw_gbps: float | None = None) -> list[dict]:
+    """All checks for the cluster, in report order."""
+    with_facts = {h: r for h, r in records.items() if (r or {}).get("facts")}
+    return (check_reachable(all_hosts, records)
+            + check_data_plane(with_facts)
+            + check_names(with_facts)
+            + check_sysctl(with_facts)
+            + check_versions(with_facts)
+            + check_collectives(records, all_hosts, min_busbw_gbps)
+            + check_smoke(records, all_hosts))
