@@ -235,6 +235,10 @@ def check_collectives(records: dict, all_hosts: list[str], min_busbw_gbps: float
                            expected="every rank completes", message=errors[:400],
                            remediation="read the error; run with NCCL_DEBUG=INFO for the transport log")]
     out = []
+    skipped = sorted({(r["op"], r["skipped"]) for p in probes.values() for r in (p or {}).get("results", [])
+                      if "skipped" in r})
+    for op, why in skipped:
+        out.append(make_check(f"collective.{op}", "SKIP", message=f"{op}: {why}"))
     summary = summarize_collectives(records)
     world = len(all_hosts)
     for op, rows in summary.items():
