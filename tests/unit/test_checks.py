@@ -1,0 +1,165 @@
+"""The cluster checks on records shaped like the modules return them."""
+
+import copy
+import os
+
+import pytest
+import yaml
+from ansible.module_utils.ncclprep.checks import evaluate, make_check, overall
+from ansible.module_utils.ncclprep.sysctl import parse_sysctl_a
+
+import ncclprep
+
+HOSTS = ["node1", "node2", "node3"]
+INTENT = {"net.core.somaxconn": 65535, "net.ipv4.tcp_rmem": "4096 131072 268435456",
+          "net.core.netdev_budget": 600}
+
+
+def _row(op, size, t, busbw, wrong=0):
+    return {"op": op, "size_bytes": size, "count": size // 4, "time_us": t, "algbw_gbps": busbw * 0.75,
+            "busbw_gbps": busbw, "wrong": wrong}
+
+
+def healthy():
+    records = {}
+    for i, h in enumerate(HOSTS):
+        records[h] = {
+            "facts": {
+                "hostname": h,
+                "versions": {"torch": "2.13.0+cpu"},
+                "data_plane": {"interface": "eth0", "address": f"10.0.0.{i + 1}", "mtu": 1500, "operstate": "up"},
+                "sysctl": {"net.core.somaxconn": {"value": "65535", "writable": True},
+                           "net.ipv4.tcp_rmem": {"value": "4096 131072 268435456", "writable": True},
+                           "net.core.netdev_budget": {"value": None, "writable": False}},
+                "names": [{"host": o, "name": o, "expected": f"10.0.0.{j + 1}", "addresses": [f"10.0.0.{j + 1}"],
+                           "reachable": True, "error": None} for j, o in enumerate(HOSTS)],
+            },
+            "intent": {"sysctl": dict(INTENT), "torch_version": "2.13.0", "mtu": None},
+            "probe": {"status": "PASS", "rank": i, "stage": "done", "missing_ranks": [], "missing_hosts": [],
+                      "results": [_row("all_reduce", 4092, 100.0 + i, 0.05),
+                                  _row("all_reduce", 16777212, 29000.0 + i * 100, 0.76 - i * 0.01),
+                                  {"op": "reduce_scatter", "skipped": "not supported by the gloo backend"}]},
+            "smoke": {"status": "PASS", "workers": [{"rank": i, "world_size": 3, "params_identical": True}]},
+        }
+    return records
+
+
+def by_id(checks):
+    return {c["id"]: c for c in checks}
+
+
+def test_healthy_cluster_passes_with_no_false_positive():
+    checks = evaluate(healthy(), HOSTS)
+    assert overall(checks) == "PASS"
+    ids = by_id(checks)
+    assert ids["sysctl.net.core.netdev_budget"]["status"] == "SKIP"  # host-global in a container
+    assert ids["collective.reduce_scatter"]["status"] == "SKIP"
+    ar = ids["collective.all_reduce"]
+    assert ar["status"] == "PASS"
+    # the slowest rank (node3, 29200 us) sets the cluster figure
+    assert ar["measured"]["busbw_gbps"] == pytest.approx(0.74)
+    assert ar["measured"]["size_bytes"] == 16777212
+    assert {c["status"] for c in checks} <= {"PASS", "SKIP"}
+
+
+def test_somaxconn_fault_on_node2_names_node2_and_the_key():
+    rec = healthy()
+    rec["node2"]["facts"]["sysctl"]["net.core.somaxconn"]["value"] = "128"
+    checks = evaluate(rec, HOSTS)
+    bad = [c for c in checks if c["status"] in ("FAIL", "HANG")]
+    assert [c["id"] for c in bad] == ["sysctl.net.core.somaxconn"]
+    assert bad[0]["hosts"] == ["node2"]
+    assert bad[0]["measured"] == {"node2": "128"}
+    assert bad[0]["expected"] == "65535"
+    assert "sysctl -w net.core.somaxconn='65535'" in bad[0]["remediation"]
+    assert overall(checks) == "FAIL"
+
+
+def test_read_only_host_global_value_is_skip_not_fail():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["facts"]["sysctl"]["net.core.somaxconn"] = {"value": "4096", "writable": False}
+    c = by_id(evaluate(rec, HOSTS))["sysctl.net.core.somaxconn"]
+    assert c["status"] == "SKIP"
+
+
+def test_untuned_host_case_fails_every_undersized_key(case):
+    """shared/cases/sysctl/untuned-host-net.txt against the role's default intent."""
+    values, _ = parse_sysctl_a(case("sysctl/untuned-host-net.txt"))
+    with open(os.path.join(ncclprep.REPO_ROOT, "roles/sysctl_tuning/defaults/main.yml")) as fh:
+        intent = yaml.safe_load(fh)["sysctl_tuning_settings"]
+    rec = healthy()
+    rec["node1"]["intent"]["sysctl"] = intent
+    rec["node1"]["facts"]["sysctl"] = {k: {"value": values.get(k), "writable": k in values} for k in intent}
+    checks = [c for c in evaluate({"node1": rec["node1"]}, ["node1"]) if c["id"].startswith("sysctl.")]
+    failed = sorted(c["id"][len("sysctl."):] for c in checks if c["status"] == "FAIL")
+    assert failed == sorted([
+        "net.core.somaxconn", "net.core.netdev_budget", "net.core.netdev_max_backlog",
+        "net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_mtu_probing", "net.core.rps_sock_flow_entries"])
+    # keys not in that capture are SKIP (not visible), never invented
+    for key in ("net.core.netdev_budget_usecs", "net.ipv4.tcp_wmem"):
+        assert by_id(checks)[f"sysctl.{key}"]["status"] == "SKIP"
+
+
+def test_unresolvable_rank0_name_on_node3_is_blamed_on_node3():
+    rec = healthy()
+    rec["node3"]["facts"]["names"][0].update(addresses=[], reachable=None,
+                                             error="cannot resolve: [Errno -2] Name or service not known")
+    c = by_id(evaluate(rec, HOSTS))["names.resolve"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
+    assert "on node3: node1 cannot resolve" in c["message"]
+
+
+def test_mtu_outlier_and_missing_interface_are_named():
+    rec = healthy()
+    rec["node3"]["facts"]["data_plane"]["mtu"] = 9000
+    rec["node2"]["facts"]["data_plane"] = None
+    ids = by_id(evaluate(rec, HOSTS))
+    assert ids["data_plane.interface"]["status"] == "FAIL"
+    assert ids["data_plane.interface"]["hosts"] == ["node2"]
+    # node1 1500 vs node3 9000: tie -> the intended MTU decides when set
+    rec["node1"]["intent"]["mtu"] = rec["node3"]["intent"]["mtu"] = rec["node2"]["intent"]["mtu"] = 1500
+    assert by_id(evaluate(rec, HOSTS))["data_plane.mtu"]["hosts"] == ["node3"]
+
+
+def test_rank_that_never_arrives_is_a_hang_naming_its_host():
+    rec = healthy()
+    for h in ("node1", "node2"):
+        rec[h]["probe"] = {"status": "HANG", "stage": "rendezvous", "missing_ranks": [2],
+                           "missing_hosts": ["node3"], "results": []}
+    rec["node3"]["probe"] = None
+    c = by_id(evaluate(rec, HOSTS))["collective.run"]
+    assert c["status"] == "HANG" and c["hosts"] == ["node3"]
+    assert "node3 never arrived" in c["message"]
+
+
+def test_wrong_elements_fail_and_busbw_floor_names_slowest_rank():
+    rec = healthy()
+    rec["node2"]["probe"]["results"][1]["wrong"] = 237858
+    c = by_id(evaluate(rec, HOSTS))["collective.all_reduce"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"] and c["measured"]["wrong"] == 237858
+    c = by_id(evaluate(healthy(), HOSTS, min_busbw_gbps=12.0))["collective.all_reduce"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
+
+
+def test_smoke_hang_and_torch_mismatch():
+    rec = healthy()
+    rec["node2"]["smoke"] = {"status": "HANG", "error": "torchrun did not finish within 120 s", "workers": []}
+    rec["node3"]["facts"]["versions"]["torch"] = "2.12.1"
+    ids = by_id(evaluate(rec, HOSTS))
+    assert ids["torchrun.smoke"]["status"] == "HANG" and ids["torchrun.smoke"]["hosts"] == ["node2"]
+    assert ids["versions.torch"]["status"] == "FAIL" and ids["versions.torch"]["hosts"] == ["node3"]
+
+
+def test_unreachable_host_is_named():
+    rec = healthy()
+    rec["node3"] = {"facts": None, "probe": None, "smoke": None}
+    ids = by_id(evaluate(rec, HOSTS))
+    assert ids["host.reachable"]["status"] == "FAIL" and ids["host.reachable"]["hosts"] == ["node3"]
+
+
+def test_make_check_rejects_unknown_status():
+    with pytest.raises(ValueError, match="OK"):
+        make_check("x", "OK")
+    assert copy.deepcopy(make_check("x", "WARN", ["b", "a", "a"]))["hosts"] == ["a", "b"]

@@ -1,0 +1,95 @@
+"""The one import arrangement of module_utils, proved where it is used:
+Ansible's module packaging, a controller-side filter plugin, and the installed CLI."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import ncclprep
+
+REPO = ncclprep.REPO_ROOT
+BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+           ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+
+
+def adhoc(module, args, *extra, timeout=120):
+    """Run one module on localhost through `ansible` and return its result dict."""
+    cmd = [os.path.join(BIN, "ansible"), "localhost", "-c", "local", "-m", module, "-a", json.dumps(args),
+           "-e", f"ansible_python_interpreter={sys.executable}", *extra]
+    out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+    data = json.loads(out.stdout[out.stdout.index("{"):])
+    return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_module_gets_module_utils_shipped_by_ansible():
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        port = srv.getsockname()[1]
+        res = adhoc("node_facts", {"cidr": "127.0.0.0/8", "sysctl_keys": ["net.core.somaxconn"],
+                                   "names": [{"host": "me", "address": "127.0.0.1", "names": ["localhost"]}],
+                                   "connect_port": port, "torch_python": sys.executable})
+    facts = res["ansible_facts"]["ncclprep"]
+    assert res["changed"] is False
+    assert facts["data_plane"]["interface"] == "lo" and facts["data_plane"]["address"] == "127.0.0.1"
+    with open("/proc/sys/net/core/somaxconn") as fh:
+        assert facts["sysctl"]["net.core.somaxconn"]["value"] == fh.read().strip()
+    row = facts["names"][0]
+    assert row["name"] == "localhost" and "127.0.0.1" in row["addresses"] and row["reachable"] is True
+    assert facts["versions"]["torch"].startswith("2.13.0")
+
+
+def test_nccl_probe_module_names_a_rank_that_never_arrives():
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = adhoc("nccl_probe", {"rank": 0, "hosts": ["node1", "ghost"], "master_addr": "127.0.0.1",
+                               "master_port": port, "ops": ["all_reduce"], "sizes": [4096],
+                               "timeout": 8, "join_timeout": 3})
+    probe = res["probe"]
+    assert probe["status"] == "HANG" and probe["stage"] == "rendezvous"
+    assert probe["missing_hosts"] == ["ghost"] and probe["backend"] == "gloo"
+    assert probe["elapsed_s"] < 8
+
+
+def test_nccl_probe_module_rejects_bad_arguments_naming_them():
+    res = adhoc("nccl_probe", {"rank": 5, "hosts": ["node1"], "master_addr": "127.0.0.1"})
+    assert res["failed"] and "rank=5 is outside 0..0" in res["msg"]
+    res = adhoc("nccl_probe", {"rank": 0, "hosts": ["node1"], "master_addr": "127.0.0.1", "ops": ["allreduce"]})
+    assert res["failed"] and "unknown collective(s) in ops: ['allreduce']" in res["msg"]
+
+
+def test_filter_plugin_imports_module_utils_on_the_controller(tmp_path):
+    play = tmp_path / "p.yml"
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - debug:\n        msg: \"{{ {'interfaces': ['eth0'], 'eth0': {'ipv4': {'address': '10.0.0.2'}, 'mtu': 9000}}"
+        " | ncclprep_data_plane(cidr, none, 'node9') }}\"\n")
+    cmd = [os.path.join(BIN, "ansible-playbook"), str(play), "-e", "cidr=10.0.0.0/24"]
+    out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:]
+    msg = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+    assert msg == {"interface": "eth0", "address": "10.0.0.2", "cidr": "10.0.0.0/24", "prefix": 24, "mtu": 9000}
+    bad = subprocess.run(cmd[:-1] + ["cidr=10.9.0.0/24"], cwd=REPO, env=ENV, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0
+    assert "node9: no interface has an address in data_plane_cidr='10.9.0.0/24'" in bad.stdout
+
+
+def test_installed_cli_imports_module_utils(tmp_path):
+    from ansible.module_utils.ncclprep.checks import make_check
+    from ansible.module_utils.ncclprep.report import write_reports
+
+    cluster = {"schema_version": 1, "status": "FAIL", "generated_at": "x", "hosts": ["n1"],
+               "checks": [make_check("host.reachable", "FAIL", ["n1"], message="n1 did not answer")]}
+    run = write_reports(str(tmp_path), cluster, {}, "20260101T000000Z")
+    out = subprocess.run([os.path.join(BIN, "ncclprep"), "report", run], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2
+    assert "| FAIL | host.reachable | n1 |" in out.stdout
