@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: ncclprep contributors
 # Apache-2.0
 
@@ -53,11 +52,11 @@ ansible_facts:
       type: dict
 """
 
+import concurrent.futures
 import json
 import os
 import platform
 import socket
-import concurrent.futures
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: ncclprep contributors
 # Apache-2.0
 
@@ -43,7 +42,9 @@ smoke:
   contains:
     status: {type: str, description: PASS, FAIL or HANG.}
     rc: {type: int, description: Launcher exit code (null on HANG).}
-    workers: {type: list, description: "One result per local worker: rank, world_size, master_addr, final_loss, params_identical, seconds."}
+    workers:
+      type: list
+      description: "One result per local worker: rank, world_size, master_addr, final_loss, params_identical, seconds."
     error: {type: str, description: Why it failed or hung.}
     log_tail: {type: list, description: Last lines the job printed.}
     elapsed_s: {type: float, description: Seconds the job took.}

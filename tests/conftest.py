@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 
-import ncclprep  # noqa: F401  (extends ansible.module_utils.__path__)
 import pytest
+
+import ncclprep  # noqa: F401  (extends ansible.module_utils.__path__)
 
 REPO = ncclprep.REPO_ROOT
 CASES = os.environ.get("NCCLPREP_CASES", os.path.join(os.path.dirname(REPO), "shared", "cases"))

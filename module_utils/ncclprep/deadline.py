@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Progress:

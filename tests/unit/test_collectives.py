@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-import ncclprep  # noqa: E402,F401  (spawned ranks do not run conftest)
-
 from ansible.module_utils.ncclprep.collectives import element_count, expected_values, run_rank
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
+
+import ncclprep  # noqa: E402,F401  (spawned ranks do not run conftest)
 
 
 def _free_port() -> int:

@@ -69,7 +69,8 @@ def test_filter_plugin_imports_module_utils_on_the_controller(tmp_path):
     play = tmp_path / "p.yml"
     play.write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-        "    - debug:\n        msg: \"{{ {'interfaces': ['eth0'], 'eth0': {'ipv4': {'address': '10.0.0.2'}, 'mtu': 9000}}"
+        "    - debug:\n        msg: \"{{ {'interfaces': ['eth0'],"
+        " 'eth0': {'ipv4': {'address': '10.0.0.2'}, 'mtu': 9000}}"
         " | ncclprep_data_plane(cidr, none, 'node9') }}\"\n")
     cmd = [os.path.join(BIN, "ansible-playbook"), str(play), "-e", "cidr=10.0.0.0/24"]
     out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)

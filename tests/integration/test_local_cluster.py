@@ -1,0 +1,118 @@
+"""End to end on a 3-node local podman cluster: site.yml, idempotence, validate.yml
+all PASS, then a somaxconn fault on node2 that validate.yml must catch and name.
+
+Slow (minutes): brings the cluster up itself (scripts/local_cluster.sh), tears it
+down afterwards unless NCCLPREP_KEEP_CLUSTER=1. Skipped where podman is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import ncclprep
+
+REPO = ncclprep.REPO_ROOT
+BIN = os.path.dirname(sys.executable)
+NODES = ["node1", "node2", "node3"]
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed"),
+]
+
+
+def env() -> dict:
+    e = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+             PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    conf = os.path.join(REPO, ".cluster", "containers.conf")
+    if os.path.exists(conf):
+        e["CONTAINERS_CONF"] = conf
+    return e
+
+
+def run(cmd: list[str], timeout: int) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
+    sys.stdout.write(f"$ {' '.join(cmd)} -> {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-2000:]}\n")
+    return out
+
+
+def playbook(name: str, report_dir: str | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    cmd = [os.path.join(BIN, "ansible-playbook"), f"{name}.yml", "-i", "inventory/local"]
+    if report_dir:
+        cmd += ["-e", f"preflight_report_dir={report_dir}"]
+    return run(cmd, timeout)
+
+
+def recap(stdout: str) -> dict:
+    """PLAY RECAP counters per host: {host: {"ok": n, "changed": n, ...}}."""
+    out = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.M):
+        out[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    up = run([os.path.join(REPO, "scripts", "local_cluster.sh"), "up", "3"], timeout=1200)
+    assert up.returncode == 0, "local cluster bring-up failed"
+    yield NODES
+    if os.environ.get("NCCLPREP_KEEP_CLUSTER") != "1":
+        run([os.path.join(REPO, "scripts", "local_cluster.sh"), "down"], timeout=300)
+
+
+def load(report_dir: str) -> dict:
+    with open(os.path.join(report_dir, "latest", "cluster.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
+    first = playbook("site")
+    assert first.returncode == 0
+    second = playbook("site")
+    assert second.returncode == 0
+    counters = recap(second.stdout)
+    assert set(NODES) <= set(counters)
+    assert {h: counters[h]["changed"] for h in NODES} == {h: 0 for h in NODES}
+
+    reports = str(tmp_path_factory.mktemp("reports"))
+    val = playbook("validate", reports)
+    assert val.returncode == 0
+    data = load(reports)
+    assert data["status"] == "PASS" and data["hosts"] == NODES
+    statuses = {c["id"]: c["status"] for c in data["checks"]}
+    assert set(statuses.values()) <= {"PASS", "SKIP"}
+    for cid in ("host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve",
+                "sysctl.net.core.somaxconn", "versions.torch", "collective.all_reduce", "torchrun.smoke"):
+        assert statuses[cid] == "PASS", cid
+    ar = next(c for c in data["checks"] if c["id"] == "collective.all_reduce")
+    assert ar["measured"]["world_size"] == 3 and ar["measured"]["busbw_gbps"] > 0
+    rows = data["collectives"]["all_reduce"]
+    assert all(r["wrong"] == 0 for r in rows)
+    # busbw = algbw x 2(n-1)/n with n = 3
+    assert rows[-1]["busbw_gbps"] == pytest.approx(rows[-1]["algbw_gbps"] * 4 / 3, rel=1e-3)
+    for host in NODES:
+        assert os.path.exists(os.path.join(reports, "latest", "hosts", f"{host}.json"))
+
+
+def test_somaxconn_fault_on_node2_is_caught_and_named(cluster, tmp_path_factory):
+    fault = run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=128"], timeout=60)
+    assert fault.returncode == 0
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val = playbook("validate", reports)
+        assert val.returncode != 0
+        data = load(reports)
+        assert data["status"] == "FAIL"
+        bad = [c for c in data["checks"] if c["status"] in ("FAIL", "HANG")]
+        assert [c["id"] for c in bad] == ["sysctl.net.core.somaxconn"]
+        assert bad[0]["hosts"] == ["node2"] and bad[0]["measured"] == {"node2": "128"}
+        assert "FAIL sysctl.net.core.somaxconn [node2]" in val.stdout
+    finally:
+        run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=65535"], timeout=60)
