@@ -16,6 +16,9 @@ _SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 
+# ncclprep must be imported before ansible.module_utils.ncclprep: keep this order.
+# isort: off
+import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
@@ -23,8 +26,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     parse_cidr,
 )
 from ansible.module_utils.ncclprep.sysctl import normalize  # noqa: E402
-
-import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
+# isort: on
 
 
 def data_plane(facts: dict, cidr: str, interface: str | None = None, host: str = "?") -> dict:

@@ -100,27 +100,32 @@ def check_sysctl(records: dict) -> list[dict]:
 
 
 def check_names(records: dict) -> list[dict]:
-    """Every published host name resolves on every node to its data-plane address, which answers."""
+    """Every published host name resolves on every node to its data-plane address, which answers.
+
+    Blame: a name that does not resolve, or resolves elsewhere, is the resolving node's
+    problem (its /etc/hosts or DNS); an address that resolves right but does not answer
+    is the target host's problem (it is down or filtered).
+    """
     problems, hosts, rows = [], set(), 0
     for host, rec in sorted(records.items()):
         for row in (rec.get("facts") or {}).get("names") or []:
             rows += 1
-            err = None
+            err, blame = None, host
             if row.get("error") and not row.get("addresses"):
                 err = row["error"]
             elif row.get("expected") and row["expected"] not in row.get("addresses", []):
                 err = f"resolves to {', '.join(row['addresses'])}, not {row['expected']}"
             elif row.get("reachable") is False:
-                err = row.get("error") or "unreachable"
+                err, blame = row.get("error") or "unreachable", row.get("host") or host
             if err:
                 problems.append(f"on {host}: {row['name']} {err}")
-                hosts.add(host)
+                hosts.add(blame)
     if problems:
         return [make_check("names.resolve", "FAIL", hosts, measured=problems,
                            expected="every node name -> its data-plane address, reachable",
                            message="; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""),
-                           remediation=f"re-run site.yml (role host_names) and check /etc/hosts and DNS "
-                                       f"on {', '.join(sorted(hosts))}")]
+                           remediation=f"re-run site.yml (role host_names) and check /etc/hosts, DNS and "
+                                       f"that the host is up, on {', '.join(sorted(hosts))}")]
     if rows == 0:
         return [make_check("names.resolve", "SKIP", message="no host names to check")]
     return [make_check("names.resolve", "PASS", measured=rows, expected=rows,
@@ -273,7 +278,8 @@ def check_smoke(records: dict, all_hosts: list[str]) -> list[dict]:
     """The torchrun DDP job finished on every node with identical parameters everywhere."""
     smokes = {h: (records.get(h) or {}).get("smoke") for h in all_hosts}
     if not any(smokes.values()):
-        return [make_check("torchrun.smoke", "SKIP", message="the smoke job did not run")]
+        return [make_check("torchrun.smoke", "SKIP",
+                           message="the smoke job did not run (disabled, or not every host was reachable)")]
     hung = sorted(h for h, s in smokes.items() if s and s.get("status") == "HANG")
     failed = sorted(h for h, s in smokes.items() if s and s.get("status") == "FAIL")
     absent = sorted(h for h, s in smokes.items() if not s)

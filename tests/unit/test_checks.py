@@ -111,6 +111,15 @@ def test_unresolvable_rank0_name_on_node3_is_blamed_on_node3():
     assert "on node3: node1 cannot resolve" in c["message"]
 
 
+def test_name_that_resolves_but_does_not_answer_blames_the_target():
+    rec = healthy()
+    for h in ("node1", "node2"):
+        row = rec[h]["facts"]["names"][2]
+        row.update(reachable=False, error="10.0.0.3:22 unreachable: timed out")
+    c = by_id(evaluate(rec, HOSTS))["names.resolve"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
+
+
 def test_mtu_outlier_and_missing_interface_are_named():
     rec = healthy()
     rec["node3"]["facts"]["data_plane"]["mtu"] = 9000

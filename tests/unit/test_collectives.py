@@ -9,10 +9,12 @@ import pytest
 
 pytest.importorskip("torch")
 
+# Spawned ranks do not run conftest: import ncclprep first so module_utils is importable.
+# isort: off
+import ncclprep  # noqa: F401
 from ansible.module_utils.ncclprep.collectives import element_count, expected_values, run_rank
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
-
-import ncclprep  # noqa: E402,F401  (spawned ranks do not run conftest)
+# isort: on
 
 
 def _free_port() -> int:
