@@ -20,6 +20,8 @@ if _SRC not in sys.path:
 # isort: off
 import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
+from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
+from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
     iface_for_cidr,
@@ -85,6 +87,30 @@ def sysctl_value(value: object, key: str = "?", host: str = "?") -> str:
         raise AnsibleFilterError(f"{host}: sysctl {key}: {exc}") from None
 
 
+def cpulist_to_mask(cpus, nr_cpus: int) -> str:
+    """CPU list (``"0-3,8"`` or a list of ints) -> kernel hex mask for ``nr_cpus`` CPUs."""
+    try:
+        return cpus_to_mask(cpus, int(nr_cpus))
+    except (ValueError, TypeError) as exc:
+        raise AnsibleFilterError(f"ncclprep_cpulist_to_mask({cpus!r}, {nr_cpus!r}): {exc}") from None
+
+
+def mask_to_cpulist(mask: str) -> str:
+    """Kernel hex mask (``"00,0000ffff"``) -> CPU list string (``"0-15"``)."""
+    try:
+        return format_cpulist(mask_to_cpus(mask))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"ncclprep_mask_to_cpulist({mask!r}): {exc}") from None
+
+
+def cpulist(text: str) -> list[int]:
+    """CPU list string -> sorted list of CPU numbers."""
+    try:
+        return parse_cpulist(text)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"ncclprep_cpulist: {exc}") from None
+
+
 class FilterModule:
     """ncclprep filters."""
 
@@ -92,4 +118,7 @@ class FilterModule:
         return {
             "ncclprep_data_plane": data_plane,
             "ncclprep_sysctl_value": sysctl_value,
+            "ncclprep_cpulist_to_mask": cpulist_to_mask,
+            "ncclprep_mask_to_cpulist": mask_to_cpulist,
+            "ncclprep_cpulist": cpulist,
         }

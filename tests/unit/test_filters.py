@@ -1,0 +1,51 @@
+"""Filter functions called directly (the plugin file imported as Ansible would)."""
+
+import importlib.util
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+import ncclprep
+
+_spec = importlib.util.spec_from_file_location(
+    "ncclprep_filters", os.path.join(ncclprep.REPO_ROOT, "filter_plugins", "ncclprep.py"))
+filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(filters)
+F = filters.FilterModule().filters()
+
+FACTS = {"interfaces": ["lo", "eth0", "bond0"], "lo": {"ipv4": {"address": "127.0.0.1"}, "mtu": 65536},
+         "eth0": {"ipv4": {"address": "192.168.5.2"}, "mtu": 1500},
+         "bond0": {"ipv4": {"address": "10.0.0.4"}, "mtu": 9000}}
+
+
+def test_data_plane_found_from_cidr_or_named_interface():
+    dp = F["ncclprep_data_plane"](FACTS, "10.0.0.0/24", None, "node4")
+    assert dp == {"interface": "bond0", "address": "10.0.0.4", "cidr": "10.0.0.0/24", "prefix": 24, "mtu": 9000}
+    assert F["ncclprep_data_plane"](FACTS, "10.0.0.0/24", "bond0", "node4")["interface"] == "bond0"
+
+
+@pytest.mark.parametrize("cidr,iface,message", [
+    (None, None, "node4: data_plane_cidr is not set"),
+    ("10.0.0.0/33", None, "node4: data_plane_cidr='10.0.0.0/33' is invalid"),
+    ("10.1.0.0/24", None, "node4: no interface has an address in data_plane_cidr='10.1.0.0/24'"),
+    ("10.0.0.0/24", "eth9", "node4: data_plane_interface='eth9' does not exist"),
+    ("10.0.0.0/24", "eth0", "node4: data_plane_interface='eth0' has no address in data_plane_cidr='10.0.0.0/24'"),
+])
+def test_data_plane_errors_name_host_variable_and_value(cidr, iface, message):
+    with pytest.raises(AnsibleFilterError, match=message.replace("[", r"\[").replace(".", r"\.")):
+        F["ncclprep_data_plane"](FACTS, cidr, iface, "node4")
+
+
+def test_sysctl_value_rejects_yaml_booleans_naming_key_and_host():
+    assert F["ncclprep_sysctl_value"]("4096\t87380", "net.ipv4.tcp_rmem", "n1") == "4096 87380"
+    with pytest.raises(AnsibleFilterError, match="n1: sysctl net.ipv4.tcp_mtu_probing: boolean True"):
+        F["ncclprep_sysctl_value"](True, "net.ipv4.tcp_mtu_probing", "n1")
+
+
+def test_cpu_mask_filters():
+    assert F["ncclprep_cpulist_to_mask"]("0-15", 40) == "00,0000ffff"
+    assert F["ncclprep_mask_to_cpulist"]("ffffffff,00000000") == "32-63"
+    assert F["ncclprep_cpulist"]("0-2,5") == [0, 1, 2, 5]
+    with pytest.raises(AnsibleFilterError, match="outside 0..7"):
+        F["ncclprep_cpulist_to_mask"]([9], 8)
