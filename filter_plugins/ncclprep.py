@@ -27,7 +27,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     iface_for_cidr,
     parse_cidr,
 )
-from ansible.module_utils.ncclprep.sysctl import normalize  # noqa: E402
+from ansible.module_utils.ncclprep.sysctl import check_value, normalize  # noqa: E402
 # isort: on
 
 
@@ -87,6 +87,22 @@ def sysctl_value(value: object, key: str = "?", host: str = "?") -> str:
         raise AnsibleFilterError(f"{host}: sysctl {key}: {exc}") from None
 
 
+def sysctl_errors(settings: dict, available_congestion_control=None, host: str = "?") -> list[str]:
+    """Why each invalid setting is invalid: ``["node1: net.ipv4.tcp_congestion_control='brr': ..."]``.
+
+    ``available_congestion_control`` is the node's tcp_available_congestion_control
+    (a space-separated string or a list); [] when every value is valid.
+    """
+    if isinstance(available_congestion_control, str):
+        available_congestion_control = available_congestion_control.split()
+    errors = []
+    for key, value in sorted((settings or {}).items()):
+        why = check_value(key, value, available_congestion_control)
+        if why:
+            errors.append(f"{host}: {key}={value!r}: {why}")
+    return errors
+
+
 def cpulist_to_mask(cpus, nr_cpus: int) -> str:
     """CPU list (``"0-3,8"`` or a list of ints) -> kernel hex mask for ``nr_cpus`` CPUs."""
     try:
@@ -118,6 +134,7 @@ class FilterModule:
         return {
             "ncclprep_data_plane": data_plane,
             "ncclprep_sysctl_value": sysctl_value,
+            "ncclprep_sysctl_errors": sysctl_errors,
             "ncclprep_cpulist_to_mask": cpulist_to_mask,
             "ncclprep_mask_to_cpulist": mask_to_cpulist,
             "ncclprep_cpulist": cpulist,

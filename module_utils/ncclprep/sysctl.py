@@ -71,3 +71,44 @@ def parse_sysctl_a(text: str) -> tuple[dict[str, str], list[str]]:
             continue
         values[key] = normalize(value)
     return values, unparsed
+
+
+# Keys whose value is a word, not integers (everything else under net.* is numeric).
+STRING_KEYS = frozenset({
+    "net.ipv4.tcp_congestion_control",
+    "net.core.default_qdisc",
+    "net.ipv4.tcp_allowed_congestion_control",
+})
+_INT_RE = re.compile(r"^-?\d+$")
+_WORD_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def check_value(key: str, value: object, available_congestion_control: list[str] | None = None) -> str | None:
+    """Return why ``value`` is not valid for ``key``, or None when it is.
+
+    Rules: booleans and empty values are never valid (a YAML ``yes`` is a quoting
+    mistake); a congestion control must be one the kernel offers
+    (net.ipv4.tcp_available_congestion_control, when given); a word-valued key
+    (STRING_KEYS) takes one identifier; every other key takes whitespace-separated
+    integers. Raises nothing.
+    """
+    if isinstance(value, bool):
+        return f"YAML boolean {value!r} is not a sysctl value (quote strings, use 0/1)"
+    if value is None or normalize(value) == "":
+        return "empty value"
+    text = normalize(value)
+    if key == "net.ipv4.tcp_congestion_control" and available_congestion_control is not None:
+        if text not in available_congestion_control:
+            import difflib
+
+            close = difflib.get_close_matches(text, list(available_congestion_control) + ["bbr"], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return (f"congestion control {text!r} is not offered by this kernel (available: "
+                    f"{' '.join(available_congestion_control)}; load tcp_<name> with modprobe first){hint}")
+        return None
+    if key in STRING_KEYS:
+        return None if _WORD_RE.match(text) else f"{text!r} is not a single word"
+    bad = [tok for tok in text.split() if not _INT_RE.match(tok)]
+    if bad:
+        return f"non-numeric {' '.join(bad)!r} for a numeric key"
+    return None

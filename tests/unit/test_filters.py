@@ -49,3 +49,13 @@ def test_cpu_mask_filters():
     assert F["ncclprep_cpulist"]("0-2,5") == [0, 1, 2, 5]
     with pytest.raises(AnsibleFilterError, match="outside 0..7"):
         F["ncclprep_cpulist_to_mask"]([9], 8)
+
+
+def test_sysctl_errors_name_host_key_and_value():
+    errs = F["ncclprep_sysctl_errors"]({"net.ipv4.tcp_congestion_control": "brr", "net.core.somaxconn": 4096,
+                                        "net.ipv4.tcp_mtu_probing": True}, "reno cubic", "node2")
+    assert len(errs) == 2
+    assert errs[0].startswith("node2: net.ipv4.tcp_congestion_control='brr': congestion control 'brr'")
+    assert errs[1] == "node2: net.ipv4.tcp_mtu_probing=True: YAML boolean True is not a sysctl value " \
+                      "(quote strings, use 0/1)"
+    assert F["ncclprep_sysctl_errors"]({"net.core.somaxconn": 4096}, None, "n") == []

@@ -40,3 +40,30 @@ def test_proc_path_and_read_live(tmp_path):
     (tmp_path / "net" / "core" / "somaxconn").write_text("4096\n")
     live = read_live(["net.core.somaxconn", "net.core.netdev_budget"], root=str(tmp_path))
     assert live == {"net.core.somaxconn": "4096", "net.core.netdev_budget": None}
+
+
+@pytest.mark.parametrize("key,value,available,error", [
+    ("net.ipv4.tcp_congestion_control", "brr", ["reno", "cubic"], "not offered by this kernel"),
+    ("net.ipv4.tcp_congestion_control", "bbr", ["reno", "cubic", "bbr"], None),
+    ("net.core.somaxconn", "lots", None, "non-numeric 'lots'"),
+    ("net.ipv4.tcp_rmem", "4096 87380 16M", None, "non-numeric '16M'"),
+    ("net.ipv4.tcp_rmem", [4096, 87380, 16777216], None, None),
+    ("net.ipv4.tcp_mtu_probing", True, None, "YAML boolean True"),
+    ("net.core.somaxconn", "", None, "empty value"),
+    ("net.core.default_qdisc", "fq", None, None),
+    ("net.core.default_qdisc", "fq codel", None, "not a single word"),
+])
+def test_check_value(key, value, available, error):
+    from ansible.module_utils.ncclprep.sysctl import check_value
+
+    got = check_value(key, value, available)
+    if error is None:
+        assert got is None
+    else:
+        assert error in got
+
+
+def test_brr_suggests_bbr():
+    from ansible.module_utils.ncclprep.sysctl import check_value
+
+    assert "did you mean 'bbr'?" in check_value("net.ipv4.tcp_congestion_control", "brr", ["reno", "cubic"])
