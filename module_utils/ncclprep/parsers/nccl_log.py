@@ -1,0 +1,202 @@
+"""NCCL ``NCCL_DEBUG=INFO`` log lines: socket interfaces, env settings, WARNs, errors, ring transports.
+
+Read from each line (prefix ``host:pid:tid [cudaDev]`` optional, anything before
+it such as ``[trainer3]:`` ignored):
+
+- the ``NET/Socket : Using [0]bond0:10.0.0.1<0> [1]...`` interface list, also when the
+  entries are wrapped onto their own lines;
+- ``NCCL_XXX set by environment to V`` / ``NCCL_XXX set to V``;
+- ``NCCL WARN`` lines, and among them ``NET/IB : Got completion with error E, opcode O,
+  len L, vendor err V`` (E is an ibv_wc_status, see IBV_WC_STATUS);
+- ``nccl...Error: text`` lines and the socket "family N is neither AF_INET nor AF_INET6" error;
+- ring/channel hops ``Ring 00 : 3[3] -> 2[2] via P2P/IPC`` (older NCCL) and
+  ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0`` (newer).
+
+Sources: NCCL's ``src/transport.cc`` and ``src/misc/socket.cc`` for the line formats,
+rdma-core ``verbs.h`` for the completion status numbers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.ncclprep.parsers import finding
+
+_PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]|]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+_SOCKET_LIST_RE = re.compile(r"NET/Socket : Using\b")
+_IFACE_RE = re.compile(r"\[(\d+)\]([^:\s\[\]]+):(\S+?)<(\d+)>")
+_ENV_RE = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S.*?)\s*$")
+_WARN_RE = re.compile(r"NCCL WARN (.*?)\s*$")
+_SRC_RE = re.compile(r"(\S+\.(?:cc|cu|h|c):\d+) NCCL WARN")
+# Old "with error 12, opcode 1, len 0, vendor err 129", newer "with status=12 opcode=1 len=0 vendor err 129"
+# and newest "with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129".
+_IB_COMPLETION_RE = re.compile(r"NET/IB(?:/\w+)? ?: Got completion (?:from peer (\S+) )?with "
+                               r"(?:error |status=(?:\w+\()?)(\d+)\)?,? opcode[ =](?:\w+\()?(\d+)\)?,?"
+                               r"(?: len[ =](\d+),?)? vendor[ _]err[ =](\d+)")
+_FAMILY_RE = re.compile(r"with family (\d+) is neither AF_INET")
+_ERROR_RE = re.compile(r"\b(nccl[A-Za-z]*Error): ?(.*?)\s*$")
+_HOP_RE = re.compile(r"\b(Ring|Channel) (\d+)(?:/\d+)? : (\d+)(?:\[(\d+)\])? -> (\d+)(?:\[(\d+)\])?"
+                     r"(?: \[(send|receive)\])? via (\S+)")
+_NOISE_RE = re.compile(r"^\.\.\.$|(?:^|:)Last error:$")  # elision marks and the header of an error's text
+
+#: ibv_wc_status numbers (rdma-core libibverbs/verbs.h) that NCCL prints as "completion error N".
+IBV_WC_STATUS = {1: "IBV_WC_LOC_LEN_ERR", 2: "IBV_WC_LOC_QP_OP_ERR", 4: "IBV_WC_LOC_PROT_ERR",
+                 5: "IBV_WC_WR_FLUSH_ERR", 8: "IBV_WC_LOC_ACCESS_ERR", 9: "IBV_WC_REM_INV_REQ_ERR",
+                 10: "IBV_WC_REM_ACCESS_ERR", 11: "IBV_WC_REM_OP_ERR", 12: "IBV_WC_RETRY_EXC_ERR",
+                 13: "IBV_WC_RNR_RETRY_EXC_ERR", 19: "IBV_WC_FATAL_ERR", 20: "IBV_WC_RESP_TIMEOUT_ERR",
+                 21: "IBV_WC_GENERAL_ERR"}
+#: Interface name prefixes of container and virtual networks, never a data-plane NIC.
+VIRTUAL_IFACE_PREFIXES = ("docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "vxlan", "tunl", "lo")
+
+
+def _prefix(line: str) -> dict:
+    m = _PREFIX_RE.search(line)
+    if not m:
+        return {"host": None, "pid": None, "cuda_dev": None}
+    return {"host": m.group("host"), "pid": int(m.group("pid")), "cuda_dev": int(m.group("dev"))}
+
+
+def _opt_int(text: str | None) -> int | None:
+    return int(text) if text is not None else None
+
+
+def parse_nccl_log(text: str) -> dict:
+    """Parse NCCL INFO/WARN log text into a dict of what it shows.
+
+    Returns ``{"socket_interfaces": [{"index", "name", "address", "port"}], "env": {NAME: value},
+    "warnings": [{"host", "pid", "cuda_dev", "source", "message"}], "ib_completion_errors":
+    [{"host", "peer", "error", "status", "opcode", "len", "vendor_err"}], "errors": [{"error", "message"}],
+    "socket_family_errors": [int], "hops": [{"host", "kind": "Ring" | "Channel", "channel", "src",
+    "src_dev", "dst", "dst_dev", "direction", "transport"}], "unparsed": [lines]}``. Ranks and
+    devices not printed in brackets are None. Lines that are only ``...`` or ``Last error:``
+    are understood and skipped. Never raises.
+    """
+    out: dict = {"socket_interfaces": [], "env": {}, "warnings": [], "ib_completion_errors": [], "errors": [],
+                 "socket_family_errors": [], "hops": [], "unparsed": []}
+    in_socket_list = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        ifaces = _IFACE_RE.findall(stripped)
+        if _SOCKET_LIST_RE.search(stripped) or (in_socket_list and ifaces and stripped.startswith("[")):
+            in_socket_list = True
+            out["socket_interfaces"] += [{"index": int(i), "name": n, "address": a, "port": int(p)}
+                                         for i, n, a, p in ifaces]
+            continue
+        in_socket_list = False
+        pre = _prefix(stripped)
+        env = _ENV_RE.search(stripped)
+        warn = _WARN_RE.search(stripped)
+        hop = _HOP_RE.search(stripped)
+        family = _FAMILY_RE.search(stripped)
+        error = _ERROR_RE.search(stripped)
+        if env:
+            out["env"][env.group(1)] = env.group(2)
+        elif warn:
+            src = _SRC_RE.search(stripped)
+            out["warnings"].append({**pre, "source": src.group(1) if src else None, "message": warn.group(1)})
+            ib = _IB_COMPLETION_RE.search(stripped)
+            if ib:
+                code = int(ib.group(2))
+                out["ib_completion_errors"].append({"host": pre["host"], "peer": ib.group(1), "error": code,
+                                                    "status": IBV_WC_STATUS.get(code), "opcode": int(ib.group(3)),
+                                                    "len": _opt_int(ib.group(4)), "vendor_err": int(ib.group(5))})
+        elif hop:
+            out["hops"].append({"host": pre["host"], "kind": hop.group(1), "channel": int(hop.group(2)),
+                                "src": int(hop.group(3)), "src_dev": _opt_int(hop.group(4)),
+                                "dst": int(hop.group(5)), "dst_dev": _opt_int(hop.group(6)),
+                                "direction": hop.group(7), "transport": hop.group(8)})
+        elif family:
+            out["socket_family_errors"].append(int(family.group(1)))
+        elif error:
+            out["errors"].append({"error": error.group(1), "message": error.group(2)})
+        elif not _NOISE_RE.search(stripped):
+            out["unparsed"].append(line)
+    return out
+
+
+def transport_family(transport: str) -> str:
+    """``P2P/IPC`` -> ``P2P/IPC``; ``NET/Socket/0`` -> ``NET/Socket``; ``NET/IB/0/GDRDMA`` -> ``NET/IB``."""
+    parts = transport.split("/")
+    return "/".join(parts[:2]) if parts[0] in ("NET", "P2P", "SHM") else parts[0]
+
+
+def transports_used(hops: list[dict]) -> dict:
+    """Transports of ring/channel hops: ``{"intra_host": [families], "inter_host": [families]}`` (sorted).
+
+    NCCL uses its NET transports only for peers it cannot reach through P2P or SHM, i.e.
+    between hosts (unless P2P and SHM are disabled), so a NET hop counts as inter-host
+    and any other hop as intra-host.
+    """
+    intra = sorted({transport_family(h["transport"]) for h in hops if not h["transport"].startswith("NET/")})
+    inter = sorted({transport_family(h["transport"]) for h in hops if h["transport"].startswith("NET/")})
+    return {"intra_host": intra, "inter_host": inter}
+
+
+def _is_virtual(name: str) -> bool:
+    return name.startswith(VIRTUAL_IFACE_PREFIXES)
+
+
+def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
+    """Findings for ``parse_nccl_log`` output.
+
+    - FAIL ``nccl.socket_virtual_ifaces`` when NCCL's socket interface list holds container or
+      virtual interfaces (VIRTUAL_IFACE_PREFIXES): it may route inter-host traffic over them.
+      The remediation names the one real NIC when exactly one is listed (``suggested_ifname``).
+    - FAIL ``nccl.socket_ifname_missing`` when the log shows a socket address-family error: with
+      NCCL_SOCKET_IFNAME set, that interface does not exist on the host (the family number is
+      only a symptom of an unset address); subject is the interface.
+    - FAIL ``nccl.ib_completion_error`` per completion error; 12 (IBV_WC_RETRY_EXC_ERR) is a
+      transport retry timeout: the IB/RoCE NICs cannot reach each other though the socket
+      bootstrap worked; the remediation points at NCCL_IB_GID_INDEX (RoCE v2 GID, often 3).
+    - WARN ``nccl.warn`` for every other WARN line, as printed.
+    - INFO ``nccl.transports`` with the transports used inside and between hosts.
+    """
+    out: list[dict] = []
+    subject_host = host or "host"
+    ifaces = parsed.get("socket_interfaces", [])
+    virtual = [i["name"] for i in ifaces if _is_virtual(i["name"])]
+    real = [i["name"] for i in ifaces if not _is_virtual(i["name"])]
+    if virtual:
+        suggest = real[0] if len(real) == 1 else None
+        out.append(finding("nccl.socket_virtual_ifaces", "FAIL", subject_host,
+                           f"NCCL's socket transport uses {len(virtual)} container/virtual interfaces "
+                           f"({', '.join(virtual)}) next to {', '.join(real) or 'no real NIC'}",
+                           f"set NCCL_SOCKET_IFNAME={suggest or '<data-plane NIC>'} (the data-plane NIC) on every "
+                           "node", host=host, virtual=virtual, real=real, suggested_ifname=suggest))
+    ifname = parsed.get("env", {}).get("NCCL_SOCKET_IFNAME")
+    for family in parsed.get("socket_family_errors", []):
+        if ifname:
+            out.append(finding("nccl.socket_ifname_missing", "FAIL", ifname,
+                               f"NCCL_SOCKET_IFNAME={ifname} names an interface that does not exist on this host "
+                               f"(address family {family} is only a symptom of the missing address)",
+                               "set NCCL_SOCKET_IFNAME to an interface every node has (ip -br addr), or to a "
+                               "prefix list", host=host, family=family))
+        else:
+            out.append(finding("nccl.socket_no_iface", "FAIL", subject_host,
+                               f"NCCL found no usable socket interface (address family {family})",
+                               "set NCCL_SOCKET_IFNAME to the data-plane NIC", host=host, family=family))
+    for err in parsed.get("ib_completion_errors", []):
+        if err["error"] == 12:
+            message = ("NET/IB completion error 12 (IBV_WC_RETRY_EXC_ERR): transport retry timeout, the IB/RoCE "
+                       "NICs cannot reach each other although the socket bootstrap worked")
+            fix = ("on RoCE set NCCL_IB_GID_INDEX to the RoCE v2 GID index (often 3; see show_gids) on every node; "
+                   "check RDMA reachability with ib_write_bw")
+        else:
+            message = f"NET/IB completion error {err['error']} ({err['status'] or 'unknown status'})"
+            fix = "check the HCAs and links with ibstat / ibv_devinfo and rerun with NCCL_DEBUG_SUBSYS=NET"
+        out.append(finding("nccl.ib_completion_error", "FAIL", err["host"] or subject_host, message, fix, host=host,
+                           error=err["error"], opcode=err["opcode"], vendor_err=err["vendor_err"]))
+    for warn in parsed.get("warnings", []):
+        if not _IB_COMPLETION_RE.search(warn["message"]):
+            out.append(finding("nccl.warn", "WARN", warn["host"] or subject_host, warn["message"], "", host=host))
+    if parsed.get("hops"):
+        used = transports_used(parsed["hops"])
+        rdma = any(t.startswith("NET/IB") for t in used["inter_host"])
+        out.append(finding("nccl.transports", "INFO", subject_host,
+                           f"transports used: {', '.join(used['intra_host']) or 'none'} inside a host, "
+                           f"{', '.join(used['inter_host']) or 'none'} between hosts"
+                           + ("" if rdma or not used["inter_host"] else " (no IB/RDMA in use)"),
+                           "", host=host, **used))
+    return out

@@ -1,0 +1,153 @@
+"""nccl-tests (``all_reduce_perf`` and friends) result table and summary lines.
+
+A data row is ``size count type redop root`` followed by two halves, out-of-place
+then in-place, of ``time algbw busbw #wrong``: size in bytes, count in elements,
+time in microseconds, algbw/busbw in GB/s (GB = 1e9), ``#wrong`` the number of
+wrong elements (a count, not a flag; ``N/A`` when checking was off). Older
+nccl-tests print no ``root`` column. The summary lines are ``# Out of bounds
+values : 0 OK`` and ``# Avg bus bandwidth : 84.8558`` (GB/s, averaged over all
+rows, so pulled down by the small sizes). Source: NVIDIA nccl-tests, src/common.cu
+and doc/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.ncclprep.parsers import finding
+
+_OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\S+)?\s*$")
+_AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)\s*$")
+_HALVES_RE = re.compile(r"^#.*out-of-place.*in-place")
+_COLUMNS_RE = re.compile(r"^#\s*size\s+count\s+type")
+_UNITS_RE = re.compile(r"^#\s*\(B\)\s+\(elements\)")
+
+#: Share of the line rate that peak busbw must reach to count as healthy.
+HEALTHY_SHARE = 0.8
+#: Below this share of the line rate the bandwidth is "far under" the link.
+FAR_UNDER_SHARE = 0.5
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _half(tokens: list[str]) -> dict:
+    wrong = tokens[3]
+    return {"time_us": _float(tokens[0]), "algbw_gbps": _float(tokens[1]), "busbw_gbps": _float(tokens[2]),
+            "wrong": int(wrong) if wrong.isdigit() else None}
+
+
+def _row(line: str) -> dict | None:
+    """One data row, or None when the line is not one."""
+    tokens = line.split()
+    if len(tokens) not in (12, 13) or not tokens[0].isdigit() or not tokens[1].isdigit():
+        return None
+    root = None
+    if len(tokens) == 13:
+        if not re.match(r"^-?\d+$", tokens[4]):
+            return None
+        root = int(tokens[4])
+    halves = tokens[-8:]
+    if any(_float(t) is None for t in halves[:3] + halves[4:7]):
+        return None
+    return {"size": int(tokens[0]), "count": int(tokens[1]), "type": tokens[2], "redop": tokens[3], "root": root,
+            "out_of_place": _half(halves[:4]), "in_place": _half(halves[4:])}
+
+
+def parse_nccl_tests(text: str) -> dict:
+    """Parse nccl-tests output into a dict.
+
+    Returns ``{"rows": [{"size": bytes, "count": elements, "type", "redop", "root": int | None,
+    "out_of_place": {"time_us", "algbw_gbps", "busbw_gbps", "wrong": int | None}, "in_place": {...}}],
+    "has_header": bool, "elided": int (number of "..." rows), "out_of_bounds": int | None,
+    "out_of_bounds_ok": bool | None, "avg_busbw_gbps": float | None, "unparsed": [lines]}``.
+    Other ``#`` lines (device list, options) and anything else are returned unparsed. Never raises.
+    """
+    out: dict = {"rows": [], "has_header": False, "elided": 0, "out_of_bounds": None, "out_of_bounds_ok": None,
+                 "avg_busbw_gbps": None, "unparsed": []}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped == "...":
+            out["elided"] += 1
+            continue
+        row = _row(stripped) if not stripped.startswith("#") else None
+        oob, avg = _OOB_RE.match(stripped), _AVG_RE.match(stripped)
+        if row:
+            out["rows"].append(row)
+        elif oob:
+            out["out_of_bounds"] = int(oob.group(1))
+            out["out_of_bounds_ok"] = (oob.group(2) == "OK") if oob.group(2) else None
+        elif avg and _float(avg.group(1)) is not None:
+            out["avg_busbw_gbps"] = float(avg.group(1))
+        elif _HALVES_RE.match(stripped) or _COLUMNS_RE.match(stripped) or _UNITS_RE.match(stripped):
+            out["has_header"] = True
+        else:
+            out["unparsed"].append(line)
+    return out
+
+
+def busbw_values(parsed: dict) -> list[float]:
+    """All busbw figures (GB/s) of both halves of every row, in row order, Nones left out."""
+    return [r[h]["busbw_gbps"] for r in parsed["rows"] for h in ("out_of_place", "in_place")
+            if r[h]["busbw_gbps"] is not None]
+
+
+def diagnose_nccl_tests(parsed: dict, line_rate_gbit_s: float | None = None, host: str | None = None) -> list[dict]:
+    """Findings for ``parse_nccl_tests`` output.
+
+    ``line_rate_gbit_s`` is the network line rate per node in Gb/s (bits), summed over the NICs
+    NCCL uses (4 x 200 Gb/s -> 800); busbw is compared with ``line_rate_gbit_s / 8`` GB/s, as
+    nccl-tests doc/PERFORMANCE.md says busbw is comparable with the hardware's bandwidth.
+
+    - FAIL ``nccl_tests.wrong_results`` when any row has ``#wrong`` > 0: data corruption; the finding
+      lists ``wrong`` as ``[{"size", "out_of_place", "in_place"}]`` counts.
+    - FAIL ``nccl_tests.out_of_bounds`` when the out-of-bounds count is above 0.
+    - With a line rate: INFO ``nccl_tests.healthy`` when peak busbw (largest of all rows) reaches
+      HEALTHY_SHARE of it and nothing is wrong; WARN ``nccl_tests.low_busbw`` when it stays under
+      FAR_UNDER_SHARE; the finding carries ``peak_busbw_gbps``, ``line_rate_gbps`` (GB/s) and
+      ``largest_size`` (bytes).
+    - INFO ``nccl_tests.avg_busbw`` when the table has an "Avg bus bandwidth": it averages every
+      size, small ones included, and is not the figure to compare with the line rate.
+    """
+    out: list[dict] = []
+    subject = host or "host"
+    wrong = [{"size": r["size"], "out_of_place": r["out_of_place"]["wrong"], "in_place": r["in_place"]["wrong"]}
+             for r in parsed["rows"] if (r["out_of_place"]["wrong"] or 0) > 0 or (r["in_place"]["wrong"] or 0) > 0]
+    if wrong:
+        detail = "; ".join(f"#wrong {w['out_of_place']} (out-of-place) and {w['in_place']} (in-place) at {w['size']} B"
+                           for w in wrong)
+        out.append(finding("nccl_tests.wrong_results", "FAIL", subject, f"data corruption: {detail}",
+                           "find the faulty GPU/NIC/link: rerun per node and per pair, check dmesg for Xid and "
+                           "PCIe/AER errors", host=host, wrong=wrong))
+    if parsed.get("out_of_bounds"):
+        out.append(finding("nccl_tests.out_of_bounds", "FAIL", subject,
+                           f"{parsed['out_of_bounds']} out-of-bounds values", "treat as data corruption", host=host,
+                           out_of_bounds=parsed["out_of_bounds"]))
+    values = busbw_values(parsed)
+    if line_rate_gbit_s and values:
+        peak, line = max(values), line_rate_gbit_s / 8
+        largest = max(r["size"] for r in parsed["rows"])
+        share = peak / line
+        details = {"peak_busbw_gbps": peak, "line_rate_gbps": line, "largest_size": largest}
+        if share >= HEALTHY_SHARE and not wrong:
+            out.append(finding("nccl_tests.healthy", "INFO", subject,
+                               f"healthy: peak busbw {peak:g} GB/s reaches {share:.0%} of the {line:g} GB/s line rate",
+                               "", host=host, **details))
+        elif share < FAR_UNDER_SHARE:
+            out.append(finding("nccl_tests.low_busbw", "WARN", subject,
+                               f"peak busbw {peak:g} GB/s is far under the {line:g} GB/s line rate "
+                               f"({share:.0%}; largest size {largest} B)",
+                               "rerun up to large sizes (-e 8G); check which transport NCCL uses (NCCL_DEBUG=INFO)",
+                               host=host, **details))
+    if parsed.get("avg_busbw_gbps") is not None:
+        out.append(finding("nccl_tests.avg_busbw", "INFO", subject,
+                           f"Avg bus bandwidth {parsed['avg_busbw_gbps']:g} GB/s averages all sizes, small ones "
+                           "included: it is not the figure to compare with the line rate; use the peak busbw of "
+                           "large sizes", "", host=host, avg_busbw_gbps=parsed["avg_busbw_gbps"]))
+    return out

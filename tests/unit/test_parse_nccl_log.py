@@ -1,0 +1,98 @@
+from ansible.module_utils.ncclprep.parsers.nccl_log import diagnose_nccl_log, parse_nccl_log, transports_used
+
+
+def test_socket_interface_list_with_docker_bridges(case):
+    parsed = parse_nccl_log(case("nccl_log/socket-docker-bridges-selected.txt"))
+    assert parsed["unparsed"] == []
+    ifaces = parsed["socket_interfaces"]
+    assert len(ifaces) == 16 and [i["index"] for i in ifaces] == list(range(16))
+    assert ifaces[0] == {"index": 0, "name": "bond0", "address": "10.0.0.1", "port": 0}
+    assert sum(i["name"].startswith("br-") for i in ifaces) == 11
+    veths = [i for i in ifaces if i["name"].startswith("veth")]
+    assert len(veths) == 4 and all(i["address"].startswith("fe80::") for i in veths)
+    assert veths[0]["address"] == "fe80::bbbb:1%veth6163fba"
+
+
+def test_docker_bridges_diagnosis_names_bond0(case):
+    findings = diagnose_nccl_log(parse_nccl_log(case("nccl_log/socket-docker-bridges-selected.txt")), host="n1")
+    assert [(f["id"], f["severity"], f["subject"]) for f in findings] == [("nccl.socket_virtual_ifaces", "FAIL", "n1")]
+    f = findings[0]
+    assert f["real"] == ["bond0"] and len(f["virtual"]) == 15 and f["suggested_ifname"] == "bond0"
+    assert "NCCL_SOCKET_IFNAME=bond0" in f["remediation"]
+
+
+def test_socket_ifname_missing(case):
+    parsed = parse_nccl_log(case("nccl_log/socket-ifname-missing.txt"))
+    assert parsed["unparsed"] == []
+    assert parsed["env"] == {"NCCL_SOCKET_IFNAME": "eth2"}
+    assert parsed["errors"] == [{"error": "ncclInternalError", "message": "Internal check failed."}]
+    assert parsed["socket_family_errors"] == [59936]
+    findings = diagnose_nccl_log(parsed)
+    assert [(f["id"], f["severity"], f["subject"]) for f in findings] == [
+        ("nccl.socket_ifname_missing", "FAIL", "eth2")]
+    assert "does not exist" in findings[0]["message"] and "only a symptom" in findings[0]["message"]
+    assert findings[0]["family"] == 59936
+
+
+def test_ib_completion_error_12(case):
+    parsed = parse_nccl_log(case("nccl_log/ib-completion-error-12.txt"))
+    assert parsed["unparsed"] == []
+    [warn] = parsed["warnings"]
+    assert warn["source"] == "transport/net_ib.cc:839" and warn["cuda_dev"] == 0
+    [err] = parsed["ib_completion_errors"]
+    assert (err["error"], err["opcode"], err["len"], err["vendor_err"]) == (12, 1, 0, 129)
+    assert err["status"] == "IBV_WC_RETRY_EXC_ERR"
+    [f] = diagnose_nccl_log(parsed)
+    assert (f["id"], f["severity"], f["error"]) == ("nccl.ib_completion_error", "FAIL", 12)
+    assert "retry timeout" in f["message"] and "socket bootstrap worked" in f["message"]
+    assert "NCCL_IB_GID_INDEX" in f["remediation"] and "often 3" in f["remediation"]
+
+
+def test_newer_ib_completion_formats():
+    newer = ("n1:1:2 [0] NCCL WARN NET/IB: Got completion from peer 10.0.0.2<4711> with status=12 opcode=1 len=0 "
+             "vendor err 129 (Send)")
+    newest = ("n1:1:2 [0] NCCL WARN NET/IB: Got completion from peer 10.0.0.2<4711> with "
+              "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129 hca mlx5_0")
+    errs = parse_nccl_log(newer + "\n" + newest)["ib_completion_errors"]
+    assert [(e["peer"], e["error"], e["opcode"], e["len"], e["vendor_err"]) for e in errs] == [
+        ("10.0.0.2<4711>", 12, 1, 0, 129), ("10.0.0.2<4711>", 12, 1, None, 129)]
+
+
+def test_rings_old_format_transports(case):
+    parsed = parse_nccl_log(case("nccl_log/rings-p2p-and-net-socket.txt"))
+    assert parsed["unparsed"] == []
+    hops = parsed["hops"]
+    assert {h["host"] for h in hops} == {"node01", "node02"}
+    assert {h["channel"] for h in hops} == {0, 1}
+    ranks = {h["src"] for h in hops} | {h["dst"] for h in hops}
+    devices = {h[k] for h in hops for k in ("src_dev", "dst_dev") if h[k] is not None}
+    assert max(ranks) == 15 and devices == set(range(1, 8))  # 2 hosts x 8 GPUs (trimmed: no line shows GPU 0)
+    net = [(h["src"], h["dst"]) for h in hops if h["transport"].startswith("NET/")]
+    assert sorted(net) == [(7, 8), (15, 0)]
+    assert {h["transport"] for h in hops if h["transport"].startswith("NET/")} == {"NET/Socket/0"}
+    assert all(h["transport"] == "P2P/IPC" for h in hops if not h["transport"].startswith("NET/"))
+    assert hops[0] == {"host": "node01", "kind": "Ring", "channel": 0, "src": 3, "src_dev": 3, "dst": 2,
+                       "dst_dev": 2, "direction": None, "transport": "P2P/IPC"}
+    assert hops[11]["src_dev"] is None and hops[11]["direction"] == "send"
+    assert transports_used(hops) == {"intra_host": ["P2P/IPC"], "inter_host": ["NET/Socket"]}
+    [f] = diagnose_nccl_log(parsed)
+    assert (f["id"], f["severity"]) == ("nccl.transports", "INFO")
+    assert f["message"] == ("transports used: P2P/IPC inside a host, NET/Socket between hosts "
+                            "(no IB/RDMA in use)")
+
+
+def test_channel_format_other_warns_and_garbled_lines():
+    text = ("n1:10:11 [7] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA\n"
+            "n1:10:11 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+            "n1:10:11 [0] NCCL WARN Cuda failure 'out of memory'\n"
+            "n1:10:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+            "\x00\x01 garbled [3]\n")
+    parsed = parse_nccl_log(text)
+    assert parsed["unparsed"] == ["n1:10:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>", "\x00\x01 garbled [3]"]
+    assert [(h["kind"], h["channel"], h["dst_dev"], h["transport"]) for h in parsed["hops"]] == [
+        ("Channel", 0, 0, "NET/IB/0/GDRDMA"), ("Channel", 1, 1, "P2P/CUMEM/read")]
+    assert transports_used(parsed["hops"]) == {"intra_host": ["P2P/CUMEM"], "inter_host": ["NET/IB"]}
+    findings = diagnose_nccl_log(parsed)
+    assert [(f["id"], f["severity"], f["subject"]) for f in findings] == [
+        ("nccl.warn", "WARN", "n1"), ("nccl.transports", "INFO", "host")]
+    assert "no IB/RDMA" not in findings[1]["message"]
