@@ -47,7 +47,8 @@ ansible_facts:
   contains:
     ncclprep:
       description: "hostname, versions{kernel, python, torch, torch_cuda, torch_nccl},
-        interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
+        interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate,
+        rx_queues{rx-N: {rps_cpus (CPU list), rps_flow_cnt}}} or null,
         sysctl{key: {value, writable}}, names[{host, name, expected, addresses, reachable, error}]"
       type: dict
 """
@@ -59,6 +60,7 @@ import platform
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
 from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
 
@@ -102,6 +104,25 @@ def interfaces(module: AnsibleModule) -> dict:
                                       if "local" in a]
         except (ValueError, KeyError, TypeError):
             pass
+    return out
+
+
+def rx_queues(iface: str) -> dict:
+    """RPS CPUs (as a CPU list) and RFS flow count of every rx queue of ``iface``."""
+    base = f"/sys/class/net/{iface}/queues"
+    out = {}
+    try:
+        names = sorted(n for n in os.listdir(base) if n.startswith("rx-"))
+    except OSError:
+        return out
+    for name in names:
+        mask = _read(f"{base}/{name}/rps_cpus")
+        cnt = _read(f"{base}/{name}/rps_flow_cnt")
+        try:
+            cpus = format_cpulist(mask_to_cpus(mask)) if mask is not None else None
+        except ValueError:
+            cpus = None
+        out[name] = {"rps_cpus": cpus, "rps_flow_cnt": int(cnt) if cnt and cnt.isdigit() else None}
     return out
 
 
@@ -193,7 +214,7 @@ def main() -> None:
     if found:
         name, address = found
         data_plane = {"interface": name, "address": address, "mtu": ifaces[name]["mtu"],
-                      "operstate": ifaces[name]["operstate"]}
+                      "operstate": ifaces[name]["operstate"], "rx_queues": rx_queues(name)}
 
     live = read_live(p["sysctl_keys"])
     sysctl = {key: {"value": value,

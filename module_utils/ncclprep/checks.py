@@ -170,6 +170,37 @@ def check_data_plane(records: dict) -> list[dict]:
     return out
 
 
+def check_rps_rfs(records: dict) -> list[dict]:
+    """Every rx queue of the data-plane NIC has the intended RPS CPUs and RFS flow count.
+
+    intent ``rps_rfs``: {cpus: CPU list, flow_cnt: int} (absent when the role is off).
+    """
+    measured, bad, checked = {}, [], 0
+    for host, rec in sorted(records.items()):
+        want = (rec.get("intent") or {}).get("rps_rfs")
+        dp = (rec.get("facts") or {}).get("data_plane") or {}
+        if not want or not dp:
+            continue
+        checked += 1
+        queues = dp.get("rx_queues") or {}
+        wrong = {q: v for q, v in sorted(queues.items())
+                 if v.get("rps_cpus") != want["cpus"] or v.get("rps_flow_cnt") != int(want["flow_cnt"])}
+        if wrong or not queues:
+            bad.append(host)
+            measured[host] = wrong or "no rx queues"
+    if not checked:
+        return []
+    want_any = next(r["intent"]["rps_rfs"] for r in records.values() if (r.get("intent") or {}).get("rps_rfs"))
+    expected = {"rps_cpus": want_any["cpus"], "rps_flow_cnt": int(want_any["flow_cnt"])}
+    if bad:
+        return [make_check("rps_rfs.queues", "FAIL", bad, measured=measured, expected=expected,
+                           message=f"RPS/RFS differs from intent on {', '.join(bad)}",
+                           remediation="re-run site.yml (role rps_rfs) or run /usr/local/sbin/ncclprep-rps-rfs "
+                                       f"on {', '.join(bad)}")]
+    return [make_check("rps_rfs.queues", "PASS", measured=f"{checked} hosts", expected=expected,
+                       message="RPS CPUs and RFS flow counts as intended on every rx queue")]
+
+
 def check_versions(records: dict) -> list[dict]:
     """torch is installed at the pinned version (local label ignored) on every host."""
     seen = {h: ((r.get("facts") or {}).get("versions") or {}).get("torch")
@@ -306,6 +337,7 @@ def evaluate(records: dict, all_hosts: list[str], min_busbw_gbps: float | None =
             + check_data_plane(with_facts)
             + check_names(with_facts)
             + check_sysctl(with_facts)
+            + check_rps_rfs(with_facts)
             + check_versions(with_facts)
             + check_collectives(records, all_hosts, min_busbw_gbps)
             + check_smoke(records, all_hosts))

@@ -89,7 +89,8 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     statuses = {c["id"]: c["status"] for c in data["checks"]}
     assert set(statuses.values()) <= {"PASS", "SKIP"}
     for cid in ("host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve",
-                "sysctl.net.core.somaxconn", "versions.torch", "collective.all_reduce", "torchrun.smoke"):
+                "sysctl.net.core.somaxconn", "rps_rfs.queues", "versions.torch", "collective.all_reduce",
+                "torchrun.smoke"):
         assert statuses[cid] == "PASS", cid
     ar = next(c for c in data["checks"] if c["id"] == "collective.all_reduce")
     assert ar["measured"]["world_size"] == 3 and ar["measured"]["busbw_gbps"] > 0
@@ -99,6 +100,21 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     assert rows[-1]["busbw_gbps"] == pytest.approx(rows[-1]["algbw_gbps"] * 4 / 3, rel=1e-3)
     for host in NODES:
         assert os.path.exists(os.path.join(reports, "latest", "hosts", f"{host}.json"))
+
+
+def test_bad_input_fails_before_any_change(cluster):
+    bad = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e",
+               '{"sysctl_tuning_overrides": {"net.ipv4.tcp_congestion_control": "brr"}}'], timeout=600)
+    assert bad.returncode != 0
+    assert "node1: net.ipv4.tcp_congestion_control='brr': congestion control 'brr' is not offered" in bad.stdout
+    counters = recap(bad.stdout)
+    assert {h: counters[h]["changed"] for h in NODES} == {h: 0 for h in NODES}
+    wrong_cidr = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e",
+                      "data_plane_cidr=10.99.0.0/24"], timeout=600)
+    assert wrong_cidr.returncode != 0
+    assert "node2: no interface has an address in data_plane_cidr='10.99.0.0/24'" in wrong_cidr.stdout
+    counters = recap(wrong_cidr.stdout)
+    assert {h: counters[h]["changed"] for h in NODES} == {h: 0 for h in NODES}
 
 
 def test_somaxconn_fault_on_node2_is_caught_and_named(cluster, tmp_path_factory):

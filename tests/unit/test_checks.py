@@ -172,3 +172,15 @@ def test_make_check_rejects_unknown_status():
     with pytest.raises(ValueError, match="OK"):
         make_check("x", "OK")
     assert copy.deepcopy(make_check("x", "WARN", ["b", "a", "a"]))["hosts"] == ["a", "b"]
+
+
+def test_rps_rfs_queue_that_differs_is_named():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["intent"]["rps_rfs"] = {"cpus": "0-1", "flow_cnt": 32768}
+        rec[h]["facts"]["data_plane"]["rx_queues"] = {"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 32768}}
+    assert by_id(evaluate(rec, HOSTS))["rps_rfs.queues"]["status"] == "PASS"
+    rec["node2"]["facts"]["data_plane"]["rx_queues"]["rx-0"]["rps_cpus"] = ""
+    c = by_id(evaluate(rec, HOSTS))["rps_rfs.queues"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
+    assert c["measured"] == {"node2": {"rx-0": {"rps_cpus": "", "rps_flow_cnt": 32768}}}
