@@ -168,7 +168,7 @@ def main() -> None:
         ),
         timeout_s=p["timeout"],
     )
-    probe = {"rank": p["rank"], "host": host, "world_size": world_size, "backend": backend,
+    probe = {"rank": p["rank"], "host": host, "hosts": p["hosts"], "world_size": world_size, "backend": backend,
              "elapsed_s": run["elapsed_s"], "error": None, "missing_ranks": []}
     last_stage = run["stages"][-1]["stage"] if run["stages"] else "start"
     if run["outcome"] == "result":

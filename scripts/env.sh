@@ -2,7 +2,7 @@
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ ! -x "$repo/.venv/bin/ansible-playbook" ]; then
   echo "ncclprep: $repo/.venv is not set up; run scripts/bootstrap.sh first" >&2
-  exit 1
+  return 1 2>/dev/null || exit 1
 fi
 export PATH="$repo/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$repo/ansible.cfg"

@@ -43,13 +43,21 @@ def _majority(values: dict):
 
 
 def check_reachable(all_hosts: list[str], records: dict) -> list[dict]:
-    """FAIL naming every host that gave no facts (unreachable or failed before the checks)."""
+    """FAIL naming every host that gave no facts, or failed / became unreachable during the run.
+
+    A record's ``alive`` is False when the host dropped out of the play (absent: True).
+    """
     missing = [h for h in all_hosts if not (records.get(h) or {}).get("facts")]
-    if missing:
-        return [make_check("host.reachable", "FAIL", missing, measured="no facts",
-                           expected="facts from every host",
-                           message=f"{', '.join(missing)} did not answer or failed before the checks",
-                           remediation="bring the host back (ssh, power, ansible errors above) or "
+    dropped = [h for h in all_hosts if h not in missing and (records.get(h) or {}).get("alive") is False]
+    if missing or dropped:
+        parts = []
+        if missing:
+            parts.append(f"{', '.join(missing)} did not answer or failed before the checks")
+        if dropped:
+            parts.append(f"{', '.join(dropped)} failed or became unreachable during the run")
+        return [make_check("host.reachable", "FAIL", missing + dropped, measured="; ".join(parts),
+                           expected="every host answers for the whole run", message="; ".join(parts),
+                           remediation="bring the host back (ssh, power, the Ansible error above) or "
                                        "remove it from the inventory")]
     return [make_check("host.reachable", "PASS", [], measured=len(all_hosts), expected=len(all_hosts),
                        message=f"all {len(all_hosts)} hosts answered")]
@@ -100,36 +108,50 @@ def check_sysctl(records: dict) -> list[dict]:
 
 
 def check_names(records: dict) -> list[dict]:
-    """Every published host name resolves on every node to its data-plane address, which answers.
+    """Every published host name resolves on every node to its data-plane address (``names.resolve``),
+    and that address answers on the probe port from every node (``names.reachable``).
 
-    Blame: a name that does not resolve, or resolves elsewhere, is the resolving node's
-    problem (its /etc/hosts or DNS); an address that resolves right but does not answer
-    is the target host's problem (it is down or filtered).
+    Blame: a name that does not resolve, or resolves elsewhere, is the resolving node's problem
+    (its /etc/hosts or DNS). An address that does not answer names the link ``a -> b`` and blames
+    the target b (down, or its firewall drops a peer).
     """
-    problems, hosts, rows = [], set(), 0
+    resolve, reach, resolve_hosts, reach_hosts, rows = [], [], set(), set(), 0
     for host, rec in sorted(records.items()):
         for row in (rec.get("facts") or {}).get("names") or []:
             rows += 1
-            err, blame = None, host
             if row.get("error") and not row.get("addresses"):
-                err = row["error"]
+                resolve.append(f"on {host}: {row['name']} {row['error']}")
+                resolve_hosts.add(host)
             elif row.get("expected") and row["expected"] not in row.get("addresses", []):
-                err = f"resolves to {', '.join(row['addresses'])}, not {row['expected']}"
+                resolve.append(f"on {host}: {row['name']} resolves to {', '.join(row['addresses'])}, "
+                               f"not {row['expected']}")
+                resolve_hosts.add(host)
             elif row.get("reachable") is False:
-                err, blame = row.get("error") or "unreachable", row.get("host") or host
-            if err:
-                problems.append(f"on {host}: {row['name']} {err}")
-                hosts.add(blame)
-    if problems:
-        return [make_check("names.resolve", "FAIL", hosts, measured=problems,
-                           expected="every node name -> its data-plane address, reachable",
-                           message="; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""),
-                           remediation=f"re-run site.yml (role host_names) and check /etc/hosts, DNS and "
-                                       f"that the host is up, on {', '.join(sorted(hosts))}")]
+                target = row.get("host") or row["name"]
+                reach.append(f"link {host} -> {target}: {row.get('error') or 'unreachable'}")
+                reach_hosts.add(target)
     if rows == 0:
         return [make_check("names.resolve", "SKIP", message="no host names to check")]
-    return [make_check("names.resolve", "PASS", measured=rows, expected=rows,
-                       message=f"{rows} name look-ups resolved to the data-plane address and answered")]
+    out = []
+    if resolve:
+        out.append(make_check("names.resolve", "FAIL", resolve_hosts, measured=resolve,
+                              expected="every node name -> its data-plane address",
+                              message="; ".join(resolve[:5]) + (" ..." if len(resolve) > 5 else ""),
+                              remediation="re-run site.yml (role host_names); check /etc/hosts and DNS on "
+                                          f"{', '.join(sorted(resolve_hosts))}"))
+    else:
+        out.append(make_check("names.resolve", "PASS", measured=rows, expected=rows,
+                              message=f"{rows} name look-ups resolved to the data-plane address"))
+    if reach:
+        out.append(make_check("names.reachable", "FAIL", reach_hosts, measured=reach,
+                              expected="every node's data-plane address answers from every node",
+                              message="; ".join(reach[:5]) + (" ..." if len(reach) > 5 else ""),
+                              remediation="check that the host is up and that its firewall lets cluster peers "
+                                          f"in, on {', '.join(sorted(reach_hosts))}"))
+    else:
+        out.append(make_check("names.reachable", "PASS", measured=rows, expected=rows,
+                              message="every resolved data-plane address answered"))
+    return out
 
 
 def check_data_plane(records: dict) -> list[dict]:
@@ -249,10 +271,15 @@ def summarize_collectives(records: dict) -> dict:
 def check_collectives(records: dict, all_hosts: list[str], min_busbw_gbps: float | None = None) -> list[dict]:
     """Collectives ran on every rank, gave correct results, and (optionally) reached a busbw floor."""
     probes = {h: (records.get(h) or {}).get("probe") for h in all_hosts}
+    probes = {h: p for h, p in probes.items() if not (p and p.get("status") == "SKIP")} or {h: None for h in all_hosts}
+    # The ranks are the hosts the probe was started with; a host that was already gone is
+    # not a rank (host.reachable names it) and must not turn into a made-up HANG.
+    ranks = sorted({h for p in probes.values() if p for h in p.get("hosts", [])}) or list(all_hosts)
+    probes = {h: probes.get(h) for h in ranks}
     absent = sorted(h for h, p in probes.items() if not p)
     hung = {h: p for h, p in probes.items() if p and p.get("status") == "HANG"}
     failed = {h: p for h, p in probes.items() if p and p.get("status") == "FAIL"}
-    if hung or (absent and len(absent) < len(all_hosts)):
+    if hung or (absent and len(absent) < len(ranks)):
         missing = sorted({m for p in hung.values() for m in p.get("missing_hosts", [])} | set(absent))
         stages = sorted({f"{p.get('stage')}" for p in hung.values()})
         blame = missing or sorted(hung)
@@ -276,7 +303,7 @@ def check_collectives(records: dict, all_hosts: list[str], min_busbw_gbps: float
     for op, why in skipped:
         out.append(make_check(f"collective.{op}", "SKIP", message=f"{op}: {why}"))
     summary = summarize_collectives(records)
-    world = len(all_hosts)
+    world = len(ranks)
     for op, rows in summary.items():
         wrong_hosts = sorted(h for h, p in probes.items()
                              for r in (p or {}).get("results", []) if r.get("op") == op and r.get("wrong"))
@@ -308,9 +335,11 @@ def check_collectives(records: dict, all_hosts: list[str], min_busbw_gbps: float
 def check_smoke(records: dict, all_hosts: list[str]) -> list[dict]:
     """The torchrun DDP job finished on every node with identical parameters everywhere."""
     smokes = {h: (records.get(h) or {}).get("smoke") for h in all_hosts}
+    smokes = {h: (None if s and s.get("status") == "SKIP" else s) for h, s in smokes.items()}
     if not any(smokes.values()):
         return [make_check("torchrun.smoke", "SKIP",
-                           message="the smoke job did not run (disabled, or not every host was reachable)")]
+                           message="the smoke job did not run (disabled, or only part of the cluster was in the "
+                                   "run: --limit, or a host gone)")]
     hung = sorted(h for h, s in smokes.items() if s and s.get("status") == "HANG")
     failed = sorted(h for h, s in smokes.items() if s and s.get("status") == "FAIL")
     absent = sorted(h for h, s in smokes.items() if not s)
@@ -325,6 +354,11 @@ def check_smoke(records: dict, all_hosts: list[str]) -> list[dict]:
                                        "means the rank-0 host name does not resolve (role host_names)")]
     workers = [w for s in smokes.values() for w in s.get("workers", [])]
     world = {w.get("world_size") for w in workers}
+    if not workers or world != {len(workers)}:
+        return [make_check("torchrun.smoke", "FAIL", sorted(smokes), measured={"workers": len(workers),
+                           "world_size": sorted(world)}, expected="one result per worker, same world size",
+                           message=f"torchrun job reported {len(workers)} workers for world size(s) {sorted(world)}",
+                           remediation="read log_tail in the host reports")]
     return [make_check("torchrun.smoke", "PASS", measured={"workers": len(workers), "world_size": sorted(world)},
                        expected="identical parameters on every rank",
                        message=f"torchrun c10d DDP job: {len(workers)} workers, parameters identical")]

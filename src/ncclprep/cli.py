@@ -27,7 +27,7 @@ def _playbook(name: str, args: argparse.Namespace) -> int:
     _out, _err, rc = ansible_runner.run_command(
         executable_cmd="ansible-playbook",
         cmdline_args=cmdline,
-        cwd=REPO_ROOT,
+        host_cwd=REPO_ROOT,
         input_fd=sys.stdin,
         output_fd=sys.stdout,
         error_fd=sys.stderr,
@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", nargs="?", help="run folder (default reports/latest)")
     args = parser.parse_args(argv)
     if args.command == "report":
-        return _report(args)
+        try:
+            return _report(args)
+        except BrokenPipeError:  # `ncclprep report | head`
+            sys.stderr.close()
+            return 0
     args.extra = [a for a in args.extra if a != "--"]
     return _playbook(args.command, args)
 

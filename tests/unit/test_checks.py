@@ -116,8 +116,52 @@ def test_name_that_resolves_but_does_not_answer_blames_the_target():
     for h in ("node1", "node2"):
         row = rec[h]["facts"]["names"][2]
         row.update(reachable=False, error="10.0.0.3:22 unreachable: timed out")
-    c = by_id(evaluate(rec, HOSTS))["names.resolve"]
+    ids = by_id(evaluate(rec, HOSTS))
+    assert ids["names.resolve"]["status"] == "PASS"
+    c = ids["names.reachable"]
     assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
+    assert c["measured"] == ["link node1 -> node3: 10.0.0.3:22 unreachable: timed out",
+                             "link node2 -> node3: 10.0.0.3:22 unreachable: timed out"]
+    assert "firewall" in c["remediation"]
+
+
+def test_host_lost_during_the_run_is_not_reported_reachable():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["alive"] = h != "node3"
+    c = by_id(evaluate(rec, HOSTS))["host.reachable"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
+    assert "became unreachable during the run" in c["message"]
+
+
+def test_host_down_before_the_probe_is_not_a_made_up_hang():
+    rec = healthy()
+    rec["node3"] = {"facts": None, "probe": None, "smoke": None, "alive": False}
+    for h in ("node1", "node2"):
+        rec[h]["probe"]["hosts"] = ["node1", "node2"]
+        rec[h]["smoke"] = None
+    ids = by_id(evaluate(rec, HOSTS))
+    assert "collective.run" not in ids
+    assert ids["collective.all_reduce"]["status"] == "PASS"
+    assert ids["collective.all_reduce"]["measured"]["world_size"] == 2
+    assert ids["host.reachable"]["hosts"] == ["node3"]
+
+
+def test_check_mode_results_never_pass():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["probe"] = {"status": "SKIP", "rank": 0, "host": h}
+        rec[h]["smoke"] = {"status": "SKIP", "workers": []}
+    ids = by_id(evaluate(rec, HOSTS))
+    assert ids["collective.run"]["status"] == "SKIP"
+    assert ids["torchrun.smoke"]["status"] == "SKIP"
+
+
+def test_smoke_pass_with_no_worker_results_is_a_fail():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["smoke"] = {"status": "PASS", "workers": []}
+    assert by_id(evaluate(rec, HOSTS))["torchrun.smoke"]["status"] == "FAIL"
 
 
 def test_mtu_outlier_and_missing_interface_are_named():
