@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ansible.module_utils.ncclprep.parsers.torch_dist import diagnose_torch_dist, parse_torch_dist
 from ansible.module_utils.ncclprep.sysctl import normalize
 
 STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "HANG")
@@ -33,6 +34,12 @@ def make_check(cid: str, status: str, hosts=(), measured=None, expected=None, me
 def overall(checks: list[dict]) -> str:
     """Cluster status: FAIL when any check is FAIL or HANG, else PASS (WARN and SKIP pass)."""
     return "FAIL" if any(c["status"] in BAD for c in checks) else "PASS"
+
+
+def _explain(text: str | None, host: str) -> dict | None:
+    """First torch.distributed finding (port in use, unresolvable master, ...) in an error or log text."""
+    findings = diagnose_torch_dist(parse_torch_dist(text or ""), host=host)
+    return findings[0] if findings else None
 
 
 def _majority(values: dict):
@@ -294,9 +301,13 @@ def check_collectives(records: dict, all_hosts: list[str], min_busbw_gbps: float
         return [make_check("collective.run", "SKIP", message="no probe results (nothing ran)")]
     if failed and not any(p.get("results") for p in failed.values()):
         errors = "; ".join(f"{h}: {p.get('error')}" for h, p in sorted(failed.items()))
+        known = [(h, _explain(p.get("error"), h)) for h, p in sorted(failed.items())]
+        known = [(h, f) for h, f in known if f]
+        message = "; ".join(f"{h}: {f['message']}" for h, f in known) if known else errors[:400]
         return [make_check("collective.run", "FAIL", sorted(failed), measured=errors,
-                           expected="every rank completes", message=errors[:400],
-                           remediation="read the error; run with NCCL_DEBUG=INFO for the transport log")]
+                           expected="every rank completes", message=message,
+                           remediation=(known[0][1]["remediation"] if known else
+                                        "read the error; run with NCCL_DEBUG=INFO for the transport log"))]
     out = []
     skipped = sorted({(r["op"], r["skipped"]) for p in probes.values() for r in (p or {}).get("results", [])
                       if "skipped" in r})
@@ -348,10 +359,15 @@ def check_smoke(records: dict, all_hosts: list[str]) -> list[dict]:
         status = "HANG" if hung and not failed else "FAIL"
         blame = absent or failed or hung
         detail = "; ".join(f"{h}: {(smokes[h] or {}).get('error') or 'no result'}" for h in (failed + hung + absent))
+        known = [(h, _explain("\n".join((smokes[h] or {}).get("log_tail") or []), h)) for h in failed + hung]
+        known = [(h, f) for h, f in known if f]
+        if known:
+            detail = "; ".join(f"{h}: {f['message']}" for h, f in known[:3]) + f" ({detail})"
         return [make_check("torchrun.smoke", status, blame, measured=status_of, expected="PASS on every node",
-                           message=detail[:400],
-                           remediation="read log_tail in the host reports; a hang with 'gai error' warnings "
-                                       "means the rank-0 host name does not resolve (role host_names)")]
+                           message=detail[:500],
+                           remediation=(known[0][1]["remediation"] if known else
+                                        "read log_tail in the host reports; a hang with 'gai error' warnings "
+                                        "means the rank-0 host name does not resolve (role host_names)"))]
     workers = [w for s in smokes.values() for w in s.get("workers", [])]
     world = {w.get("world_size") for w in workers}
     if not workers or world != {len(workers)}:

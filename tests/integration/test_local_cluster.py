@@ -132,3 +132,21 @@ def test_somaxconn_fault_on_node2_is_caught_and_named(cluster, tmp_path_factory)
         assert "FAIL sysctl.net.core.somaxconn [node2]" in val.stdout
     finally:
         run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=65535"], timeout=60)
+
+
+def test_stopped_node3_is_named_without_a_hang(cluster, tmp_path_factory):
+    """Runs last: it stops node3 (the fixture tears the cluster down afterwards)."""
+    stop = run(["podman", "stop", "--time", "2", "ncclprep-node3"], timeout=120)
+    assert stop.returncode == 0
+    reports = str(tmp_path_factory.mktemp("reports"))
+    val = playbook("validate", reports, timeout=600)
+    assert val.returncode != 0
+    data = load(reports)
+    bad = {c["id"]: c for c in data["checks"] if c["status"] in ("FAIL", "HANG")}
+    assert bad["host.reachable"]["hosts"] == ["node3"]
+    # the collectives ran on the two remaining ranks: no made-up HANG
+    assert "collective.run" not in bad
+    statuses = {c["id"]: c["status"] for c in data["checks"]}
+    assert statuses["collective.all_reduce"] == "PASS"
+    assert statuses["torchrun.smoke"] == "SKIP"
+    assert all(c["hosts"] == ["node3"] for c in bad.values()), bad

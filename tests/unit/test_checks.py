@@ -228,3 +228,24 @@ def test_rps_rfs_queue_that_differs_is_named():
     c = by_id(evaluate(rec, HOSTS))["rps_rfs.queues"]
     assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
     assert c["measured"] == {"node2": {"rx-0": {"rps_cpus": "", "rps_flow_cnt": 32768}}}
+
+
+def test_probe_port_in_use_is_explained():
+    rec = healthy()
+    rec["node1"]["probe"] = {"status": "FAIL", "stage": "store", "results": [], "hosts": HOSTS,
+                             "error": "DistNetworkError: The server socket has failed to listen on any local network "
+                                      "address. port: 29510, useIpv6: false, code: -98, name: EADDRINUSE, "
+                                      "message: address already in use"}
+    c = by_id(evaluate(rec, HOSTS))["collective.run"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node1"]
+    assert c["message"] == "node1: port 29510 is already in use on this host (another job or a stale process)"
+    assert "pick a free port" in c["remediation"]
+
+
+def test_smoke_failure_with_unresolvable_master_is_explained(case):
+    rec = healthy()
+    rec["node3"]["smoke"] = {"status": "FAIL", "error": "torchrun exited with code 1", "workers": [],
+                             "log_tail": case("torch_dist/master-hostname-unresolvable.txt").splitlines()}
+    c = by_id(evaluate(rec, HOSTS))["torchrun.smoke"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
+    assert "resolv" in c["message"].lower()

@@ -53,3 +53,14 @@ def test_other_failures_and_garbled_lines():
     assert [(f["id"], f["subject"]) for f in findings] == [("torch.connect_timeout", "node9:29400"),
                                                           ("torch.connect_failed", "10.0.0.2:29500")]
     assert findings[1]["errno"] == 111
+
+
+def test_torch2_listen_failure_is_a_port_in_use():
+    text = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: 29510, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    parsed = parse_torch_dist(text)
+    assert parsed["bind_failures"] == [{"host": "*", "port": 29510, "errno": 98,
+                                        "reason": "address already in use", "similar": None}]
+    findings = diagnose_torch_dist(parsed, host="node1")
+    assert [f["id"] for f in findings] == ["torch.port_in_use"]
+    assert "port 29510 is already in use" in findings[0]["message"]

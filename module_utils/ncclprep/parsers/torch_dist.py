@@ -4,7 +4,9 @@ Read from the text (several facts may share a line; ``[7 similar log lines]``
 prefixes give ``similar``):
 
 - torchrun's ``Starting elastic_operator with launch configs:`` block of ``key : value`` lines;
-- c10d server bind failures ``failed to bind to [::]:29500 (errno: 98 - Address already in use)``;
+- c10d server bind failures ``failed to bind to [::]:29500 (errno: 98 - Address already in use)``, and
+  the torch 2.x summary ``failed to listen on any local network address. port: 29510, ..., code: -98,
+  name: EADDRINUSE, message: address already in use`` (host ``*``: every local address);
 - c10d client connect failures ``failed to connect to [host]:port (errno: 22 - Invalid argument)``;
 - client timeouts ``timed out after 60s while trying to connect to (10.0.0.1, 2222)``;
 - name resolution failures ``addresses of (host, port) cannot be retrieved (gai error: -2 - ...)``;
@@ -25,6 +27,8 @@ _SIMILAR_RE = re.compile(r"\[(\d+) similar log lines\]")
 _CONFIG_START_RE = re.compile(r"Starting elastic_operator with launch configs:")
 _CONFIG_RE = re.compile(r"^\s+(\w+)\s*:\s*(.*?)\s*$")
 _BIND_RE = re.compile(r"failed to bind to (\[[^\]]*\]|[^\s:]+):(\d+) \(errno: (\d+) - ([^)]*)\)")
+_LISTEN_RE = re.compile(r"failed to listen on any local network address\. port: (\d+), [^\n]*?code: -(\d+), "
+                        r"name: \w+, message: ([^\n]*)")
 _CONNECT_RE = re.compile(r"failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (\d+) - ([^)]*)\)")
 _TIMEOUT_RE = re.compile(r"timed out after (\d+(?:\.\d+)?)s while trying to connect to \(([^,]+), (\d+)\)")
 _GAI_RE = re.compile(r"The (IPv4|IPv6)? ?network addresses of \(([^,]+), (\d+)\) cannot be retrieved "
@@ -69,6 +73,10 @@ def parse_torch_dist(text: str) -> dict:
         found = False
         for host, port, errno, reason in _BIND_RE.findall(line):
             out["bind_failures"].append({"host": host, "port": int(port), "errno": int(errno), "reason": reason,
+                                         "similar": count})
+            found = True
+        for port, errno, reason in _LISTEN_RE.findall(line):
+            out["bind_failures"].append({"host": "*", "port": int(port), "errno": int(errno), "reason": reason.strip(),
                                          "similar": count})
             found = True
         for host, port, errno, reason in _CONNECT_RE.findall(line):
