@@ -139,26 +139,21 @@ def check_names(records: dict) -> list[dict]:
                 reach_hosts.add(target)
     if rows == 0:
         return [make_check("names.resolve", "SKIP", message="no host names to check")]
-    out = []
-    if resolve:
-        out.append(make_check("names.resolve", "FAIL", resolve_hosts, measured=resolve,
-                              expected="every node name -> its data-plane address",
-                              message="; ".join(resolve[:5]) + (" ..." if len(resolve) > 5 else ""),
-                              remediation="re-run site.yml (role host_names); check /etc/hosts and DNS on "
-                                          f"{', '.join(sorted(resolve_hosts))}"))
-    else:
-        out.append(make_check("names.resolve", "PASS", measured=rows, expected=rows,
-                              message=f"{rows} name look-ups resolved to the data-plane address"))
-    if reach:
-        out.append(make_check("names.reachable", "FAIL", reach_hosts, measured=reach,
-                              expected="every node's data-plane address answers from every node",
-                              message="; ".join(reach[:5]) + (" ..." if len(reach) > 5 else ""),
-                              remediation="check that the host is up and that its firewall lets cluster peers "
-                                          f"in, on {', '.join(sorted(reach_hosts))}"))
-    else:
-        out.append(make_check("names.reachable", "PASS", measured=rows, expected=rows,
-                              message="every resolved data-plane address answered"))
-    return out
+    def verdict(cid, problems, blamed, expected, passed, remediation):
+        if not problems:
+            return make_check(cid, "PASS", measured=rows, expected=rows, message=passed)
+        return make_check(cid, "FAIL", blamed, measured=problems, expected=expected,
+                          message="; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""),
+                          remediation=f"{remediation}, on {', '.join(sorted(blamed))}")
+
+    return [
+        verdict("names.resolve", resolve, resolve_hosts, "every node name -> its data-plane address",
+                f"{rows} name look-ups resolved to the data-plane address",
+                "re-run site.yml (role host_names); check /etc/hosts and DNS"),
+        verdict("names.reachable", reach, reach_hosts, "every node's data-plane address answers from every node",
+                "every resolved data-plane address answered",
+                "check that the host is up and that its firewall lets cluster peers in"),
+    ]
 
 
 def check_data_plane(records: dict) -> list[dict]:
