@@ -22,6 +22,7 @@ import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
+from ansible.module_utils.ncclprep.nccl_vars import check_env  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
     iface_for_cidr,
@@ -103,6 +104,17 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
     return errors
 
 
+def nccl_env_check(env: dict, interfaces=None, host: str = "?") -> dict:
+    """Check an NCCL/Gloo/torch environment on ``host`` (see nccl_vars.check_env).
+
+    Returns ``{"errors": [...], "warnings": [...], "effective": {...}}``; every message
+    starts with the host name; ``effective`` has deprecated names renamed.
+    """
+    errors, warnings, effective = check_env(env or {}, list(interfaces) if interfaces is not None else None)
+    return {"errors": [f"{host}: {e}" for e in errors], "warnings": [f"{host}: {w}" for w in warnings],
+            "effective": effective}
+
+
 def cpulist_to_mask(cpus, nr_cpus: int) -> str:
     """CPU list (``"0-3,8"`` or a list of ints) -> kernel hex mask for ``nr_cpus`` CPUs."""
     try:
@@ -135,6 +147,7 @@ class FilterModule:
             "ncclprep_data_plane": data_plane,
             "ncclprep_sysctl_value": sysctl_value,
             "ncclprep_sysctl_errors": sysctl_errors,
+            "ncclprep_nccl_env_check": nccl_env_check,
             "ncclprep_cpulist_to_mask": cpulist_to_mask,
             "ncclprep_mask_to_cpulist": mask_to_cpulist,
             "ncclprep_cpulist": cpulist,

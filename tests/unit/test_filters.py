@@ -59,3 +59,11 @@ def test_sysctl_errors_name_host_key_and_value():
     assert errs[1] == "node2: net.ipv4.tcp_mtu_probing=True: YAML boolean True is not a sysctl value " \
                       "(quote strings, use 0/1)"
     assert F["ncclprep_sysctl_errors"]({"net.core.somaxconn": 4096}, None, "n") == []
+
+
+def test_nccl_env_check_names_the_host():
+    out = F["ncclprep_nccl_env_check"]({"NCCL_SOCKET_IFNAM": "=eth0", "NCCL_ASYNC_ERROR_HANDLING": "1"},
+                                       ["lo", "eth0"], "node2")
+    assert out["errors"] == ["node2: NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"]
+    assert out["warnings"][0].startswith("node2: NCCL_ASYNC_ERROR_HANDLING=1 is deprecated")
+    assert out["effective"] == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}

@@ -1,0 +1,50 @@
+import pytest
+from ansible.module_utils.ncclprep.nccl_vars import check_env, ifname_matches
+
+IFACES = ["lo", "eth0", "eth1", "docker0", "bond0", "br-3fa1"]
+
+
+@pytest.mark.parametrize("spec,exact_only,chosen", [
+    ("eth", False, ["eth0", "eth1"]),
+    ("=eth0", False, ["eth0"]),
+    ("=eth0,bond0", False, ["eth0", "bond0"]),
+    ("^docker,lo,br-", False, ["eth0", "eth1", "bond0"]),
+    ("^=docker0", False, ["lo", "eth0", "eth1", "bond0", "br-3fa1"]),
+    ("=eth2", False, []),
+    ("bond0", True, ["bond0"]),
+    ("eth", True, []),
+])
+def test_ifname_syntax_as_nccl_documents_it(spec, exact_only, chosen):
+    assert ifname_matches(spec, IFACES, exact_only) == chosen
+
+
+def test_typo_gets_the_closest_known_name():
+    errors, _, _ = check_env({"NCCL_SOCKET_IFNAM": "=eth0"}, IFACES)
+    assert errors == ["NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"]
+
+
+def test_deprecated_names_are_mapped_with_a_warning():
+    errors, warnings, eff = check_env({"NCCL_ASYNC_ERROR_HANDLING": 1, "NCCL_BLOCKING_WAIT": "1"})
+    assert errors == []
+    assert warnings == ["NCCL_ASYNC_ERROR_HANDLING=1 is deprecated: written as TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+                        "NCCL_BLOCKING_WAIT=1 is deprecated: written as TORCH_NCCL_BLOCKING_WAIT=1"]
+    assert eff == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_BLOCKING_WAIT": "1"}
+
+
+def test_enumerated_values_and_missing_interface():
+    errors, _, _ = check_env({"NCCL_ALGO": "Ring,Treee", "NCCL_DEBUG": "verbose", "NCCL_PROTO": "^LL128",
+                              "NCCL_SOCKET_IFNAME": "=eth2", "GLOO_SOCKET_IFNAME": "eth0"}, IFACES)
+    assert errors == [
+        "NCCL_ALGO=Ring,Treee: 'Treee' not one of COLLNET, COLLNETCHAIN, COLLNETDIRECT, NVLS, NVLSTREE, PAT, RING, "
+        "TREE",
+        "NCCL_DEBUG=verbose: 'verbose' not one of ABORT, INFO, TRACE, VERSION, WARN",
+        "NCCL_SOCKET_IFNAME==eth2 selects no interface on this host "
+        "(interfaces: lo, eth0, eth1, docker0, bond0, br-3fa1)",
+    ]
+
+
+def test_socket_ifname_missing_case_is_caught_before_launch(case):
+    """shared/cases/nccl_log/socket-ifname-missing.txt: NCCL_SOCKET_IFNAME=eth2 on a host without eth2."""
+    assert "NCCL_SOCKET_IFNAME set by environment to eth2" in case("nccl_log/socket-ifname-missing.txt")
+    errors, _, _ = check_env({"NCCL_SOCKET_IFNAME": "eth2"}, ["lo", "eth0", "eth1"])
+    assert errors == ["NCCL_SOCKET_IFNAME=eth2 selects no interface on this host (interfaces: lo, eth0, eth1)"]
