@@ -106,6 +106,8 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     ('{"sysctl_tuning_overrides": {"net.ipv4.tcp_congestion_control": "brr"}}',
      "node1: net.ipv4.tcp_congestion_control='brr': congestion control 'brr' is not offered"),
     ("data_plane_cidr=10.99.0.0/24", "node2: no interface has an address in data_plane_cidr='10.99.0.0/24'"),
+    ('{"nccl_env_overrides": {"NCCL_SOCKET_IFNAM": "=eth0"}}',
+     "node3: NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"),
 ])
 def test_bad_input_fails_before_any_change(cluster, extra, message):
     bad = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e", extra], timeout=600)
