@@ -106,6 +106,8 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     ('{"sysctl_tuning_overrides": {"net.ipv4.tcp_congestion_control": "brr"}}',
      "node1: net.ipv4.tcp_congestion_control='brr': congestion control 'brr' is not offered"),
     ("data_plane_cidr=10.99.0.0/24", "node2: no interface has an address in data_plane_cidr='10.99.0.0/24'"),
+    ("nic_mtu_value=70000",
+     "node1: nic_mtu_value=70000 on nic_mtu_interface=eth0: outside the range the interface accepts, 68..65535"),
     ('{"nccl_env_overrides": {"NCCL_SOCKET_IFNAM": "=eth0"}}',
      "node3: NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"),
 ])
@@ -115,6 +117,19 @@ def test_bad_input_fails_before_any_change(cluster, extra, message):
     assert message in bad.stdout
     counters = recap(bad.stdout)
     assert {h: counters[h]["changed"] for h in NODES} == {h: 0 for h in NODES}
+
+
+def test_mtu_that_cuts_nodes_off_is_rolled_back(cluster):
+    """The cluster network carries 9000 bytes: 9600 cannot pass, so every node must go back to 4096."""
+    res = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "--tags", "nic_mtu",
+               "-e", "nic_mtu_value=9600"], timeout=600)
+    assert res.returncode != 0
+    assert "nic_mtu_value=9600 cut off data-plane paths" in res.stdout
+    assert "node1 -> node2" in res.stdout and "Every node was rolled back" in res.stdout
+    for n in NODES:
+        mtu = run(["podman", "exec", f"ncclprep-{n}", "cat",
+                   "/sys/class/net/eth0/mtu"], timeout=60)
+        assert mtu.stdout.strip() == "4096", n
 
 
 def test_somaxconn_fault_on_node2_is_caught_and_named(cluster, tmp_path_factory):
