@@ -9,5 +9,7 @@ scripts/bootstrap.sh --test
 . scripts/env.sh
 echo "== ruff"
 ruff check module_utils library filter_plugins src tests
+echo "== ansible-lint (profile production)"
+ansible-lint
 echo "== pytest"
 python -m pytest "$@"
