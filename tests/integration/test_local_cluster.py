@@ -102,6 +102,23 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
         assert os.path.exists(os.path.join(reports, "latest", "hosts", f"{host}.json"))
 
 
+def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster, tmp_path_factory):
+    limited = str(tmp_path_factory.mktemp("reports"))
+    val = run([os.path.join(BIN, "ansible-playbook"), "validate.yml", "-i", "inventory/local", "-l", "node1,node2",
+               "-e", f"preflight_report_dir={limited}"], timeout=600)
+    assert val.returncode == 0
+    data = load(limited)
+    statuses = {c["id"]: c["status"] for c in data["checks"]}
+    assert data["hosts"] == ["node1", "node2"]
+    assert statuses["collective.all_reduce"] == "PASS" and statuses["torchrun.smoke"] == "SKIP"
+    checked = str(tmp_path_factory.mktemp("reports"))
+    val = run([os.path.join(BIN, "ansible-playbook"), "validate.yml", "-i", "inventory/local", "--check",
+               "-e", f"preflight_report_dir={checked}"], timeout=600)
+    assert val.returncode == 0
+    ar = next(c for c in load(checked)["checks"] if c["id"] == "collective.all_reduce")
+    assert ar["status"] == "PASS" and ar["measured"]["world_size"] == 3 and ar["measured"]["busbw_gbps"] > 0
+
+
 @pytest.mark.parametrize("extra,message", [
     ('{"sysctl_tuning_overrides": {"net.ipv4.tcp_congestion_control": "brr"}}',
      "node1: net.ipv4.tcp_congestion_control='brr': congestion control 'brr' is not offered"),
