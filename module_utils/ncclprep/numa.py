@@ -1,0 +1,256 @@
+"""NUMA topology from sysfs and the per-node binding map of the numa_pinning role.
+
+Sources (Linux sysfs ABI, Documentation/ABI/stable/sysfs-devices-node and
+Documentation/ABI/testing/sysfs-bus-pci):
+
+- ``<sysfs>/devices/system/node/node<N>/cpulist``: CPUs of NUMA node N (a CPU list).
+- ``<sysfs>/devices/system/cpu/online``: the online CPUs.
+- ``<sysfs>/class/net/<if>/device``: link to the NIC's bus device; virtual interfaces
+  (lo, veth, bridges, bonds) have none. Under it: ``numa_node`` (``-1`` = unknown),
+  ``local_cpulist``, ``driver`` (link to the bound driver) and ``msi_irqs/<irq>``.
+- ``<sysfs>/bus/pci/devices/<addr>/{vendor,class}``: NVIDIA (``0x10de``) display
+  controllers, class ``0x0300xx`` (VGA) or ``0x0302xx`` (3D, the data-centre GPUs).
+
+Reading never raises on odd files: a file that exists but cannot be read or parsed
+is recorded in ``unparsed`` as ``{"path", "reason"}`` and its value is None. A file
+that does not exist is simply None (e.g. ``numa_node`` of a virtio NIC), except
+``cpu/online``, which every Linux kernel has and so is recorded when missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ansible.module_utils.ncclprep.cpumask import format_cpulist, parse_cpulist
+
+NVIDIA_VENDOR = "0x10de"
+#: PCI class prefixes of GPUs: 0x0300 VGA compatible, 0x0302 3D controller (PCI code and ID assignment spec).
+GPU_CLASSES = ("0x0300", "0x0302")
+_NODE_RE = re.compile(r"^node(\d+)$")
+
+
+def _read(path: str, unparsed: list, required: bool = False) -> str | None:
+    """Stripped text of ``path``; None (recorded in ``unparsed`` unless simply absent) when unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        if required:
+            unparsed.append({"path": path, "reason": "missing"})
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        unparsed.append({"path": path, "reason": f"unreadable: {exc}"})
+        return None
+
+
+def _read_cpulist(path: str, unparsed: list, required: bool = False) -> str | None:
+    """CPU list file -> canonical CPU list string (``""`` for a CPU-less node); None when bad."""
+    text = _read(path, unparsed, required)
+    if text is None:
+        return None
+    try:
+        return format_cpulist(parse_cpulist(text))
+    except ValueError as exc:
+        unparsed.append({"path": path, "reason": str(exc)})
+        return None
+
+
+def _read_numa_node(path: str, unparsed: list) -> int | None:
+    """``numa_node`` file -> int; ``-1`` (kernel: no NUMA information) -> None."""
+    text = _read(path, unparsed)
+    if text is None:
+        return None
+    try:
+        node = int(text)
+    except ValueError:
+        unparsed.append({"path": path, "reason": f"not an integer: {text[:40]!r}"})
+        return None
+    return node if node >= 0 else None
+
+
+def _listdir(path: str) -> list[str]:
+    """Sorted entries of ``path``; [] when it is absent or unreadable."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _nic(sysfs: str, name: str, unparsed: list) -> dict:
+    """One ``class/net`` entry: ``{numa_node, local_cpulist, pci, driver, irqs}``."""
+    dev = os.path.join(sysfs, "class", "net", name, "device")
+    if not os.path.exists(dev):
+        return {"numa_node": None, "local_cpulist": None, "pci": None, "driver": None, "irqs": []}
+    drv = os.path.join(dev, "driver")
+    irqs = []
+    for entry in _listdir(os.path.join(dev, "msi_irqs")):
+        if entry.isdigit():
+            irqs.append(int(entry))
+        else:
+            unparsed.append({"path": os.path.join(dev, "msi_irqs", entry), "reason": "not an IRQ number"})
+    return {
+        "numa_node": _read_numa_node(os.path.join(dev, "numa_node"), unparsed),
+        "local_cpulist": _read_cpulist(os.path.join(dev, "local_cpulist"), unparsed),
+        "pci": os.path.basename(os.path.realpath(dev)),
+        "driver": os.path.basename(os.path.realpath(drv)) if os.path.exists(drv) else None,
+        "irqs": sorted(irqs),
+    }
+
+
+def read_topology(sysfs: str = "/sys") -> dict:
+    """Read NUMA nodes, online CPUs, NICs and NVIDIA GPUs from a sysfs tree.
+
+    Returns ``{"numa_nodes": {"0": "0-31", "1": "32-63"}, "online_cpus": "0-63",
+    "nics": {name: {"numa_node": int|None, "local_cpulist": str|None, "pci": str|None,
+    "driver": str|None, "irqs": [int, ...]}}, "gpus": [{"pci": "0000:17:00.0",
+    "numa_node": int|None, "local_cpulist": str|None}], "unparsed": [{"path", "reason"}]}``.
+
+    numa_nodes keys are strings (survive JSON), in node order; {} when the node directory
+    is absent (kernel without NUMA, some containers). A memory-only node has cpulist ``""``.
+    A NIC's ``pci`` is the basename of its ``device`` link target (a PCI address for PCI
+    NICs, e.g. ``virtio0`` for virtio); virtual NICs have pci/numa_node None and irqs [].
+    gpus are sorted by PCI address, which is CUDA_DEVICE_ORDER=PCI_BUS_ID order.
+    Never raises on odd files (see the module docstring).
+    """
+    unparsed: list = []
+    node_dir = os.path.join(sysfs, "devices", "system", "node")
+    node_ids = sorted(int(m.group(1)) for m in map(_NODE_RE.match, _listdir(node_dir)) if m)
+    numa_nodes = {str(n): _read_cpulist(os.path.join(node_dir, f"node{n}", "cpulist"), unparsed, required=True)
+                  for n in node_ids}
+    online = _read_cpulist(os.path.join(sysfs, "devices", "system", "cpu", "online"), unparsed, required=True)
+
+    net_dir = os.path.join(sysfs, "class", "net")
+    nics = {name: _nic(sysfs, name, unparsed) for name in _listdir(net_dir)}
+
+    gpus = []
+    pci_dir = os.path.join(sysfs, "bus", "pci", "devices")
+    for addr in _listdir(pci_dir):
+        dev = os.path.join(pci_dir, addr)
+        vendor = _read(os.path.join(dev, "vendor"), unparsed)
+        if vendor is None or vendor.lower() != NVIDIA_VENDOR:
+            continue
+        pclass = _read(os.path.join(dev, "class"), unparsed, required=True)
+        if pclass is None or not pclass.lower().startswith(GPU_CLASSES):
+            continue
+        gpus.append({"pci": addr,
+                     "numa_node": _read_numa_node(os.path.join(dev, "numa_node"), unparsed),
+                     "local_cpulist": _read_cpulist(os.path.join(dev, "local_cpulist"), unparsed)})
+    gpus.sort(key=lambda g: g["pci"].lower())
+    return {"numa_nodes": numa_nodes, "online_cpus": online, "nics": nics, "gpus": gpus, "unparsed": unparsed}
+
+
+def _cpu_nodes(topology: dict) -> list[tuple[int, str]]:
+    """``[(node, cpulist)]`` of the nodes that have CPUs, by node number."""
+    nodes = topology.get("numa_nodes") or {}
+    return sorted((int(k), v) for k, v in nodes.items() if v)
+
+
+def binding_map(topology: dict, nproc: int) -> list[dict]:
+    """Local rank -> NUMA node, CPUs and GPU, for ``nproc`` local ranks.
+
+    ``topology`` is read_topology's result. Returns one entry per local rank:
+    ``[{"local_rank": 0, "numa_node": 3 | None, "cpus": "48-63,176-191" | None, "gpu": pci | None}]``
+    (cpus None only when the host reports no online CPUs either).
+
+    Rules:
+    - With GPUs (sorted by PCI address = CUDA_DEVICE_ORDER=PCI_BUS_ID, the order
+      torchrun's LOCAL_RANK indexes), rank r uses GPU r, the GPU's own NUMA node and that
+      node's CPUs; then the GPU's local_cpulist; then all online CPUs. The node comes from
+      each GPU's sysfs numa_node, never from the GPU index: ``nvidia-smi topo -m`` on an
+      8-GPU NVSwitch host puts GPU0-1 on NUMA 3 and GPU2-3 on NUMA 1.
+    - Without GPUs and with two or more NUMA nodes that have CPUs: ranks are spread in
+      contiguous blocks, rank r -> nodes[r * n_nodes // nproc] (4 ranks on 2 nodes: 0,0,1,1).
+    - Without GPUs and with zero or one such node: every rank gets that node (or None)
+      and all online CPUs (the one-node map of a container or a single-socket host).
+
+    Raises ValueError when nproc < 1 or nproc exceeds the number of GPUs.
+    """
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
+        raise ValueError(f"the number of local ranks must be an integer >= 1, got {nproc!r}")
+    gpus = topology.get("gpus") or []
+    nodes = dict(_cpu_nodes(topology))
+    online = topology.get("online_cpus")
+    out = []
+    if gpus:
+        if nproc > len(gpus):
+            raise ValueError(f"{nproc} local ranks but only {len(gpus)} GPU(s) on this host; "
+                             f"valid: 1..{len(gpus)}")
+        for r in range(nproc):
+            gpu = gpus[r]
+            node = gpu.get("numa_node")
+            cpus = nodes.get(node) if node is not None else None
+            out.append({"local_rank": r, "numa_node": node, "cpus": cpus or gpu.get("local_cpulist") or online,
+                        "gpu": gpu.get("pci")})
+        return out
+    ordered = sorted(nodes.items())
+    if len(ordered) >= 2:
+        for r in range(nproc):
+            node, cpus = ordered[r * len(ordered) // nproc]
+            out.append({"local_rank": r, "numa_node": node, "cpus": cpus, "gpu": None})
+        return out
+    node = ordered[0][0] if ordered else None
+    return [{"local_rank": r, "numa_node": node, "cpus": online, "gpu": None} for r in range(nproc)]
+
+
+def render_binding(binding: list[dict]) -> str:
+    """Binding map -> text for a shell launcher, one ``<local_rank> <numa_node> <cpus> <gpu>`` line per rank.
+
+    Missing values are ``-``. The first line is a ``#`` comment naming the columns; the
+    text ends with a newline. Example: ``"# local_rank numa_node cpus gpu\\n0 3 48-63 0000:17:00.0\\n"``.
+    """
+    def col(value) -> str:
+        return "-" if value is None or value == "" else str(value)
+
+    lines = ["# local_rank numa_node cpus gpu"]
+    lines += [" ".join(col(e.get(k)) for k in ("local_rank", "numa_node", "cpus", "gpu")) for e in binding]
+    return "\n".join(lines) + "\n"
+
+
+def irq_affinity_plan(topology: dict, interface: str, cpus: str, current: dict) -> dict:
+    """Which of ``interface``'s IRQs need ``/proc/irq/<n>/smp_affinity_list`` set to ``cpus``.
+
+    ``current`` maps IRQ (int, or str as after JSON) -> the smp_affinity_list read now
+    (None when unreadable). Values are compared as CPU sets (``"0-3"`` equals ``"0,1,2,3"``);
+    an IRQ whose current value is missing or not a CPU list is in ``change``.
+    Returns ``{"interface", "cpus" (canonical CPU list), "irqs": [int], "change": [int],
+    "reason": str | None}``; reason is set and change is empty when the interface does not
+    exist or has no MSI IRQs (a virtual NIC such as a container's veth).
+
+    Raises ValueError when ``cpus`` is not a CPU list, is empty, or names CPUs that are not
+    online (the kernel refuses such an affinity with EINVAL).
+    """
+    online = topology.get("online_cpus")
+    valid = f"valid: a CPU list such as 0-3,8 of online CPUs ({online if online is not None else 'unknown'})"
+    try:
+        want = set(parse_cpulist(cpus))
+    except ValueError as exc:
+        raise ValueError(f"{exc}; {valid}") from None
+    if not want:
+        raise ValueError(f"empty CPU list {cpus!r}: an IRQ needs at least one CPU; {valid}")
+    if online is not None:
+        offline = want - set(parse_cpulist(online))
+        if offline:
+            raise ValueError(f"CPU(s) {format_cpulist(offline)} in {cpus!r} are not online; {valid}")
+    plan = {"interface": interface, "cpus": format_cpulist(want), "irqs": [], "change": [], "reason": None}
+    nics = topology.get("nics") or {}
+    nic = nics.get(interface)
+    if nic is None:
+        plan["reason"] = f"no interface {interface!r} on this host (known: {', '.join(sorted(nics)) or 'none'})"
+        return plan
+    if nic.get("pci") is None:
+        plan["reason"] = f"no IRQs: {interface} is a virtual interface (no device in sysfs)"
+        return plan
+    plan["irqs"] = list(nic.get("irqs") or [])
+    if not plan["irqs"]:
+        plan["reason"] = f"no IRQs: {interface} ({nic['pci']}) has no MSI IRQs in sysfs"
+        return plan
+    for irq in plan["irqs"]:
+        now = current.get(irq, current.get(str(irq)))
+        try:
+            same = now is not None and set(parse_cpulist(now)) == want
+        except ValueError:
+            same = False
+        if not same:
+            plan["change"].append(irq)
+    return plan

@@ -1,0 +1,447 @@
+"""RoCE ports and their lossless QoS: PFC on one priority, trust DSCP, ECN (the roce_qos role).
+
+Everything here is pure (reads a sysfs tree given as an argument, parses text, builds argv
+lists); the ``roce_qos`` module runs the commands and writes the files. Sources of the rules:
+
+- Ports: the kernel's RDMA sysfs ABI (Documentation/ABI/stable/sysfs-class-infiniband):
+  ``/sys/class/infiniband/<dev>/ports/<n>/link_layer`` is ``Ethernet`` on a RoCE port and
+  ``InfiniBand`` on an IB port; ``ports/<n>/state`` reads like ``4: ACTIVE``;
+  ``<dev>/device`` is the PCI function, whose ``net/`` holds the netdev and whose ``driver``
+  link names the driver (``mlx5_core``).
+- ``dcb`` (iproute2 >= 6.1 for ``apptrust``): dcb-pfc(8) ``dcb pfc set dev DEV prio-pfc
+  PRIO:{on|off} ...``; dcb-apptrust(8) ``dcb apptrust set dev DEV order SEL-LIST``. With
+  ``-j`` (dcb(8)) ``pfc show`` prints one object whose ``prio_pfc`` is an array of 8 booleans,
+  priority 0 first (iproute2 dcb/dcb_pfc.c, dcb_print_array_on_off), and ``apptrust show``
+  prints ``{"order": ["dscp", ...]}`` (dcb/dcb_apptrust.c).
+- ``mlnx_qos`` (Mellanox/NVIDIA mlnx-tools, python/mlnx_qos): ``mlnx_qos -i IF`` prints
+  ``Priority trust state: dscp`` and a ``PFC configuration:`` table whose ``enabled`` row holds
+  one 0/1 per priority 0..7; ``mlnx_qos -i IF --trust dscp --pfc 0,0,0,1,0,0,0,0`` sets both.
+  It prints ``Priority trust state: none`` when the driver cannot report trust.
+- ECN: NVIDIA MLNX_OFED / DOCA "Explicit Congestion Notification":
+  ``/sys/class/net/<if>/ecn/roce_np/enable/<prio>`` (notification point) and
+  ``.../ecn/roce_rp/enable/<prio>`` (reaction point), ``0`` or ``1`` per priority 0..7. These
+  files come with NVIDIA's mlx5 driver; a netdev without them has no ECN switch to manage.
+
+Shapes used throughout: a priority map is ``{prio (int 0..7): bool | None}`` (None: not
+readable); a port state is ``{"pfc": map | None, "trust": str | None, "ecn_np": map | None,
+"ecn_rp": map | None}`` where None means "cannot be read on this netdev, not managed".
+Standard library only: this module also runs on the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+PRIORITIES = tuple(range(8))
+TOOLS = ("dcb", "mlnx_qos")
+TRUST_STATES = ("dscp", "pcp")
+ECN_KINDS = {"ecn_np": "roce_np", "ecn_rp": "roce_rp"}
+MLX5_DRIVERS = ("mlx5_core",)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _port_netdev(dev_dir: str, port: int) -> str | None:
+    """Netdev of port ``port`` of the RDMA device at ``dev_dir`` (None when there is none).
+
+    One entry in ``device/net`` is the netdev. Where a PCI function carries several (mlx4 puts
+    both ports' netdevs there) the one whose ``dev_port`` is ``port - 1`` wins (netdev
+    ``dev_port`` is 0-based, RDMA ports 1-based: Documentation/ABI/testing/sysfs-class-net).
+    """
+    names = _listdir(os.path.join(dev_dir, "device", "net"))
+    if len(names) <= 1:
+        return names[0] if names else None
+    for name in names:
+        dev_port = _read(os.path.join(dev_dir, "device", "net", name, "dev_port"))
+        if dev_port is not None and dev_port.isdigit() and int(dev_port) == port - 1:
+            return name
+    return None
+
+
+def list_rdma_ports(sysfs: str = "/sys") -> list[dict]:
+    """Every port of every RDMA device under ``<sysfs>/class/infiniband``, IB and RoCE alike.
+
+    Returns ``[{"device": "mlx5_0", "port": 1, "netdev": "enp1s0f0np0" | None,
+    "link_layer": "Ethernet" | "InfiniBand" | None, "state": "ACTIVE" | None,
+    "driver": "mlx5_core" | None}]`` sorted by device then port. ``state`` is the name part
+    of ``4: ACTIVE``. A value sysfs does not show is None. No ``class/infiniband`` gives [].
+    Never raises on a missing or unreadable file.
+    """
+    root = os.path.join(sysfs, "class", "infiniband")
+    ports: list[dict] = []
+    for dev in _listdir(root):
+        dev_dir = os.path.join(root, dev)
+        driver_link = os.path.join(dev_dir, "device", "driver")
+        driver = os.path.basename(os.path.realpath(driver_link)) if os.path.exists(driver_link) else None
+        for name in _listdir(os.path.join(dev_dir, "ports")):
+            if not name.isdigit():
+                continue
+            port_dir = os.path.join(dev_dir, "ports", name)
+            state = _read(os.path.join(port_dir, "state"))
+            if state is not None and ":" in state:
+                state = state.split(":", 1)[1].strip()
+            ports.append({"device": dev, "port": int(name),
+                          "netdev": _port_netdev(dev_dir, int(name)),
+                          "link_layer": _read(os.path.join(port_dir, "link_layer")) or None,
+                          "state": state or None, "driver": driver})
+    ports.sort(key=lambda p: (p["device"], p["port"]))
+    return ports
+
+
+def find_roce_ports(sysfs: str = "/sys") -> list[dict]:
+    """The RoCE ports: those of ``list_rdma_ports`` whose ``link_layer`` is ``Ethernet``.
+
+    Same dict shape as ``list_rdma_ports``. InfiniBand ports (link_layer ``InfiniBand``) and
+    ports without a readable link_layer are left out: PFC, DSCP trust and RoCE ECN are
+    Ethernet settings. No ``<sysfs>/class/infiniband`` gives [].
+    """
+    return [p for p in list_rdma_ports(sysfs) if p["link_layer"] == "Ethernet"]
+
+
+def _unknown_map() -> dict:
+    return {p: None for p in PRIORITIES}
+
+
+def _as_bool(value) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("on", "off", "true", "false", "1", "0"):
+        return value.strip().lower() in ("on", "true", "1")
+    return None
+
+
+def _json_object(text: str) -> dict | None:
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    return data if isinstance(data, dict) else None
+
+
+def parse_dcb_pfc(json_text: str) -> dict:
+    """Parse ``dcb -j pfc show dev IF`` into ``{prio (0..7): bool | None}``.
+
+    Reads ``prio_pfc``: an array of 8 booleans in iproute2 (index = priority); the strings
+    ``on``/``off`` and an object keyed by priority are accepted too. A priority the output does
+    not show, or the whole map when the text is not dcb's JSON, is None. Never raises.
+    """
+    out = _unknown_map()
+    data = _json_object(json_text)
+    if data is None:
+        return out
+    raw = data.get("prio_pfc")
+    if isinstance(raw, list):
+        items = enumerate(raw)
+    elif isinstance(raw, dict):
+        items = ((int(k), v) for k, v in raw.items() if str(k).isdigit())
+    else:
+        return out
+    for prio, value in items:
+        if prio in out:
+            out[prio] = _as_bool(value)
+    return out
+
+
+def parse_dcb_apptrust(json_text: str) -> list[str] | None:
+    """Parse ``dcb -j apptrust show dev IF`` into the trust order, most trusted first.
+
+    ``{"order": ["dscp", "pcp"]}`` gives ``["dscp", "pcp"]``; an empty order (nothing trusted)
+    gives []. None when the text is not that JSON. Never raises.
+    """
+    data = _json_object(json_text)
+    if data is None or not isinstance(data.get("order"), list):
+        return None
+    return [str(sel) for sel in data["order"]]
+
+
+def trust_from_order(order: list[str] | None) -> str | None:
+    """The trust state an apptrust order amounts to: its first selector (``dscp``, ``pcp``, ...).
+
+    [] (nothing trusted) gives ``"none"``; None (unreadable) gives None. Rule: dcb-apptrust(8),
+    the order says which selector takes precedence.
+    """
+    if order is None:
+        return None
+    return order[0] if order else "none"
+
+
+_TRUST_RE = re.compile(r"^Priority trust state:\s*(\S*)\s*$")
+_DCBX_RE = re.compile(r"^DCBX mode:\s*(.+?)\s*$")
+_CABLE_RE = re.compile(r"^Cable len:\s*(\d+)\s*$")
+_ROW_RE = re.compile(r"^(priority|enabled|buffer)\s+((?:\d+\s*)+)$")
+_KNOWN_RES = (
+    re.compile(r"^prio:\d+(\s+dscp:[\d,]*)?$"),              # dscp2prio / default priority rows
+    re.compile(r"^(dscp2prio mapping|default priority|PFC configuration):$"),
+    re.compile(r"^Receive buffer size \(bytes\):"),
+    re.compile(r"^tc:\s*\d+\s+ratelimit:"),
+    re.compile(r"^priority:\s*\d+$"),                          # priorities of a tc
+)
+_WARNING_RES = (
+    re.compile(r"WARNING"),
+    re.compile(r"is not supported on your system"),
+)
+
+
+def parse_mlnx_qos(text: str) -> dict:
+    """Parse ``mlnx_qos -i IF`` output.
+
+    Returns ``{"trust": "dscp" | "pcp" | None, "pfc": {prio: bool | None}, "dcbx": str | None,
+    "cable_len": int | None, "warnings": [lines], "unparsed": [lines]}``. ``trust`` is None when
+    the line is missing or reads ``none`` (mlnx_qos prints that when the driver cannot report
+    trust). ``pfc`` comes from the ``enabled`` row under ``PFC configuration:``, matched to the
+    ``priority`` header row; without it every priority is None. Lines mlnx_qos prints as
+    warnings (lldpad running, "... is not supported on your system") go to ``warnings``; the
+    dscp2prio map, buffer and tc rows are recognised and skipped; any other line goes to
+    ``unparsed``. Never raises.
+    """
+    out = {"trust": None, "pfc": _unknown_map(), "dcbx": None, "cable_len": None,
+           "warnings": [], "unparsed": []}
+    header: list[int] | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if any(r.search(stripped) for r in _WARNING_RES):
+            out["warnings"].append(stripped)
+            continue
+        m = _TRUST_RE.match(stripped)
+        if m:
+            out["trust"] = m.group(1) if m.group(1) in TRUST_STATES else None
+            continue
+        m = _DCBX_RE.match(stripped)
+        if m:
+            out["dcbx"] = m.group(1)
+            continue
+        m = _CABLE_RE.match(stripped)
+        if m:
+            out["cable_len"] = int(m.group(1))
+            continue
+        m = _ROW_RE.match(stripped)
+        if m:
+            values = [int(v) for v in m.group(2).split()]
+            if m.group(1) == "priority":
+                header = values
+            elif m.group(1) == "enabled":
+                prios = header if header and len(header) == len(values) else list(PRIORITIES)[:len(values)]
+                for prio, value in zip(prios, values):
+                    if prio in out["pfc"]:
+                        out["pfc"][prio] = _as_bool(value)
+            continue
+        if any(r.match(stripped) for r in _KNOWN_RES):
+            continue
+        out["unparsed"].append(line)
+    return out
+
+
+def read_ecn(netdev: str, sysfs: str = "/sys") -> dict:
+    """ECN switches of ``netdev``: ``{"ecn_np": map | None, "ecn_rp": map | None}``.
+
+    Each map reads ``<sysfs>/class/net/<netdev>/ecn/<roce_np|roce_rp>/enable/<prio>``
+    (``1`` on, ``0`` off; another value or an unreadable file gives None for that priority).
+    A netdev without the ``enable`` directory gets None: it has no ECN switch (NVIDIA MLNX_OFED /
+    DOCA ECN documentation; only NVIDIA's mlx5 driver creates these files).
+    """
+    out: dict = {}
+    for what, proto in ECN_KINDS.items():
+        base = ecn_dir(netdev, what, sysfs)
+        if not os.path.isdir(base):
+            out[what] = None
+            continue
+        values = {}
+        for prio in PRIORITIES:
+            raw = _read(os.path.join(base, str(prio)))
+            values[prio] = {"1": True, "0": False}.get(raw) if raw is not None else None
+        out[what] = values
+    return out
+
+
+def ecn_dir(netdev: str, what: str, sysfs: str = "/sys") -> str:
+    """``<sysfs>/class/net/<netdev>/ecn/<roce_np|roce_rp>/enable`` for ``what`` ecn_np / ecn_rp."""
+    return os.path.join(sysfs, "class", "net", netdev, "ecn", ECN_KINDS[what], "enable")
+
+
+def choose_tool(requested: str, drivers: list, found: dict) -> tuple:
+    """Pick the QoS tool: returns ``(tool | None, reason | None)``.
+
+    ``requested`` is ``auto``, ``dcb`` or ``mlnx_qos``; ``drivers`` the drivers of the ports
+    to configure; ``found`` maps tool name to its path or None (not on PATH). ``auto`` takes
+    ``mlnx_qos`` when it is found and every port is mlx5 (mlnx_qos is NVIDIA's tool for its
+    NICs, and mlx5 has no apptrust support in the kernel's dcbnl ops, so ``dcb apptrust`` cannot
+    set trust there), else ``dcb``, else ``mlnx_qos`` if only that is found. A named tool is
+    used only if found. ``reason`` says why no tool was chosen (it names the missing tools).
+    """
+    if requested in TOOLS:
+        if found.get(requested):
+            return requested, None
+        return None, f"{requested} is not on PATH"
+    all_mlx5 = bool(drivers) and all(d in MLX5_DRIVERS for d in drivers)
+    if found.get("mlnx_qos") and all_mlx5:
+        return "mlnx_qos", None
+    if found.get("dcb"):
+        return "dcb", None
+    if found.get("mlnx_qos"):
+        return "mlnx_qos", None
+    return None, ("neither dcb (iproute2 >= 6.1) nor mlnx_qos (NVIDIA mlnx-tools / MLNX_OFED) is on PATH")
+
+
+def show_commands(netdev: str, tool: str) -> dict:
+    """Read-only commands that show ``netdev``'s QoS state, as ``{key: argv}``.
+
+    dcb: ``{"pfc": [dcb, -j, pfc, show, dev, IF], "apptrust": [dcb, -j, apptrust, show, dev,
+    IF]}``; mlnx_qos: ``{"mlnx_qos": [mlnx_qos, -i, IF]}``. argv[0] is the bare tool name.
+    Raises ValueError for another tool.
+    """
+    if tool == "dcb":
+        return {"pfc": ["dcb", "-j", "pfc", "show", "dev", netdev],
+                "apptrust": ["dcb", "-j", "apptrust", "show", "dev", netdev]}
+    if tool == "mlnx_qos":
+        return {"mlnx_qos": ["mlnx_qos", "-i", netdev]}
+    raise ValueError(f"tool {tool!r} is not one of {TOOLS}")
+
+
+def desired_pfc(pfc_priority: int) -> dict:
+    """``{prio: prio == pfc_priority}``: PFC on exactly the RoCE priority. Raises ValueError outside 0..7."""
+    if pfc_priority not in PRIORITIES:
+        raise ValueError(f"pfc_priority={pfc_priority!r} is outside 0..7")
+    return {p: p == pfc_priority for p in PRIORITIES}
+
+
+def _readable(value) -> bool:
+    return value is not None and not (isinstance(value, dict) and all(v is None for v in value.values()))
+
+
+def plan(port_state: dict, desired: dict) -> list:
+    """Changes that bring one netdev from ``port_state`` to ``desired``; [] when nothing differs.
+
+    ``port_state``: ``{"pfc": map | None, "trust": str | None, "ecn_np": map | None,
+    "ecn_rp": map | None}`` (maps ``{prio: bool | None}``). ``desired``: ``{"pfc_priority":
+    0..7, "trust": "dscp" | "pcp", "ecn": bool}``. Returns ``[{"what": "pfc" | "trust" |
+    "ecn_np" | "ecn_rp", "from": current, "to": target}]`` in that order. Rules: PFC on exactly
+    ``pfc_priority`` and off on the other seven; trust equal to ``desired["trust"]``; with
+    ``ecn`` true, ECN enabled at the notification and reaction points on ``pfc_priority`` (the
+    RoCE priority) and the other priorities left as they are; ``ecn`` false leaves ECN alone.
+    A state value that is None (or a map of only None) cannot be read and is not planned; see
+    ``unmanaged``. Raises ValueError for a pfc_priority outside 0..7.
+    """
+    changes: list = []
+    prio = desired["pfc_priority"]
+    target_pfc = desired_pfc(prio)
+    pfc = port_state.get("pfc")
+    if _readable(pfc) and {p: pfc.get(p) for p in PRIORITIES} != target_pfc:
+        changes.append({"what": "pfc", "from": {p: pfc.get(p) for p in PRIORITIES}, "to": target_pfc})
+    trust = port_state.get("trust")
+    if trust is not None and trust != desired["trust"]:
+        changes.append({"what": "trust", "from": trust, "to": desired["trust"]})
+    if desired.get("ecn"):
+        for what in ECN_KINDS:
+            current = port_state.get(what)
+            if current is None:
+                continue
+            current = {p: current.get(p) for p in PRIORITIES}
+            if current[prio] is not True:
+                changes.append({"what": what, "from": current, "to": {**current, prio: True}})
+    return changes
+
+
+def unmanaged(port_state: dict, desired: dict) -> list:
+    """What ``desired`` asks for that ``port_state`` cannot show: a list of ``what`` names.
+
+    ``pfc`` or ``trust`` when None (or a map of only None); ``ecn_np`` / ``ecn_rp`` when None
+    and ``desired["ecn"]`` is true. ``plan`` makes no change for these; the caller reports them.
+    """
+    out = []
+    if not _readable(port_state.get("pfc")):
+        out.append("pfc")
+    if port_state.get("trust") is None:
+        out.append("trust")
+    if desired.get("ecn"):
+        out.extend(what for what in ECN_KINDS if port_state.get(what) is None)
+    return out
+
+
+def _by_what(changes: list) -> dict:
+    return {c["what"]: c for c in changes}
+
+
+def commands(netdev: str, changes: list, tool: str) -> list:
+    """argv lists that make the ``pfc`` and ``trust`` changes of ``plan`` with ``tool``.
+
+    dcb (dcb-pfc(8), dcb-apptrust(8)): ``[dcb, pfc, set, dev, IF, prio-pfc, 0:off, ..., 7:off]``
+    with all eight priorities, then ``[dcb, apptrust, set, dev, IF, order, dscp]``.
+    mlnx_qos (mlnx-tools python/mlnx_qos): one ``[mlnx_qos, -i, IF, --trust, dscp, --pfc,
+    0,0,0,1,0,0,0,0]`` carrying whichever of the two changed. ECN changes are sysfs writes,
+    see ``ecn_writes``. [] when there is nothing to run. argv[0] is the bare tool name.
+    Raises ValueError for another tool.
+    """
+    if tool not in TOOLS:
+        raise ValueError(f"tool {tool!r} is not one of {TOOLS}")
+    by = _by_what(changes)
+    pfc, trust = by.get("pfc"), by.get("trust")
+    if tool == "dcb":
+        out = []
+        if pfc:
+            out.append(["dcb", "pfc", "set", "dev", netdev, "prio-pfc"]
+                       + [f"{p}:{'on' if pfc['to'][p] else 'off'}" for p in PRIORITIES])
+        if trust:
+            out.append(["dcb", "apptrust", "set", "dev", netdev, "order", trust["to"]])
+        return out
+    argv = ["mlnx_qos", "-i", netdev]
+    if trust:
+        argv += ["--trust", trust["to"]]
+    if pfc:
+        argv += ["--pfc", ",".join("1" if pfc["to"][p] else "0" for p in PRIORITIES)]
+    return [argv] if len(argv) > 3 else []
+
+
+def ecn_writes(netdev: str, changes: list, sysfs: str = "/sys") -> list:
+    """``[(path, value)]`` sysfs writes for the ``ecn_np`` / ``ecn_rp`` changes of ``plan``.
+
+    One write per priority whose target differs from the current value:
+    ``(<sysfs>/class/net/<IF>/ecn/roce_np/enable/<prio>, "1")`` (``"0"`` to turn off).
+    Source: NVIDIA MLNX_OFED / DOCA ECN documentation.
+    """
+    out = []
+    for change in changes:
+        if change["what"] not in ECN_KINDS:
+            continue
+        base = ecn_dir(netdev, change["what"], sysfs)
+        for prio in PRIORITIES:
+            target = change["to"].get(prio)
+            if target is not None and target != change["from"].get(prio):
+                out.append((os.path.join(base, str(prio)), "1" if target else "0"))
+    return out
+
+
+def format_map(prio_map: dict | None) -> str:
+    """``0:off 1:off 2:off 3:on ...`` (``?`` for an unknown priority); ``unknown`` for None."""
+    if prio_map is None:
+        return "unknown"
+    words = {True: "on", False: "off", None: "?"}
+    return " ".join(f"{p}:{words[prio_map.get(p)]}" for p in PRIORITIES)
+
+
+def format_state(netdev: str, state: dict) -> str:
+    """Lines ``<IF> pfc: 0:off ...``, ``<IF> trust: dscp``, ``<IF> ecn_np: ...`` for a diff."""
+    lines = [f"{netdev} pfc: {format_map(state.get('pfc'))}",
+             f"{netdev} trust: {state.get('trust') or 'unknown'}"]
+    lines += [f"{netdev} {what}: {format_map(state.get(what))}" for what in ECN_KINDS]
+    return "\n".join(lines) + "\n"
