@@ -36,7 +36,7 @@ options:
     description:
       - C(auto) takes C(mlnx_qos) when it is on PATH and every port is mlx5, else C(dcb), else C(mlnx_qos).
       - A named tool that is not on PATH is an error.
-  sysfs_root: {type: path, default: /sys, description: Root of the sysfs tree to read and write (tests point it elsewhere).}
+  sysfs_root: {type: path, default: /sys, description: Root of the sysfs tree to read and write (tests use a fake one).}
   timeout: {type: float, default: 10.0, description: Deadline in seconds for each command.}
 author: ncclprep contributors
 """
@@ -139,8 +139,11 @@ class Runner:
         return rc, out, err
 
 
-def read_state(runner: Runner, netdev: str, tool: str, sysfs: str, driver: str | None) -> tuple:
-    """Current state of ``netdev`` and the reasons for what could not be read: (state, reasons)."""
+def read_state(runner: Runner, netdev: str, tool: str, sysfs: str, driver: str | None, warn: bool = True) -> tuple:
+    """Current state of ``netdev`` and the reasons for what could not be read: (state, reasons).
+
+    With ``warn``, the warnings mlnx_qos prints are passed on as module warnings.
+    """
     host = runner.host
     cmds = show_commands(netdev, tool)
     reasons: dict = {}
@@ -164,6 +167,8 @@ def read_state(runner: Runner, netdev: str, tool: str, sysfs: str, driver: str |
                             f"{_last_line(err or out)}")
         parsed = parse_mlnx_qos(out)
         pfc, trust = parsed["pfc"], parsed["trust"]
+        for line in parsed["warnings"] if warn else []:  # e.g. lldpad running may overwrite the settings
+            runner.module.warn(f"{host}: {netdev}: mlnx_qos says: {line}")
         if all(v is None for v in pfc.values()):
             raise StepError(f"{host}: {netdev}: no 'PFC configuration' enabled row in the output of "
                             f"'{' '.join(cmds['mlnx_qos'])}'")
@@ -293,7 +298,7 @@ def main() -> None:
         for netdev in netdevs:
             if not result["changes"][netdev]:
                 continue
-            state, _ = read_state(runner, netdev, tool, sysfs, drivers[netdev])
+            state, _ = read_state(runner, netdev, tool, sysfs, drivers[netdev], warn=False)
             left = plan(state, desired)
             if left:
                 what = "; ".join(f"{c['what']} is {_show(c['from'])}, expected {_show(c['to'])}" for c in left)

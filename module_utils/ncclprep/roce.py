@@ -197,7 +197,7 @@ _KNOWN_RES = (
 )
 _WARNING_RES = (
     re.compile(r"WARNING"),
-    re.compile(r"is not supported on your system"),
+    re.compile(r"not supported on your system"),
 )
 
 
@@ -242,7 +242,7 @@ def parse_mlnx_qos(text: str) -> dict:
                 header = values
             elif m.group(1) == "enabled":
                 prios = header if header and len(header) == len(values) else list(PRIORITIES)[:len(values)]
-                for prio, value in zip(prios, values):
+                for prio, value in zip(prios, values, strict=False):
                     if prio in out["pfc"]:
                         out["pfc"][prio] = _as_bool(value)
             continue
@@ -261,7 +261,7 @@ def read_ecn(netdev: str, sysfs: str = "/sys") -> dict:
     DOCA ECN documentation; only NVIDIA's mlx5 driver creates these files).
     """
     out: dict = {}
-    for what, proto in ECN_KINDS.items():
+    for what in ECN_KINDS:
         base = ecn_dir(netdev, what, sysfs)
         if not os.path.isdir(base):
             out[what] = None

@@ -326,7 +326,7 @@ print(text, end="")
 class Host:
     """A fake node: sysfs tree, fake tools on PATH, and a runner for the module in a subprocess."""
 
-    def __init__(self, tmp_path, tools=("dcb",), pfc=None, order=("pcp",), **tree):
+    def __init__(self, tmp_path, tools=("dcb",), pfc=None, order=("pcp",), qos_text="mlnx_qos_pcp.txt", **tree):
         self.tmp = tmp_path
         self.sysfs = make_sysfs(tmp_path / "sys", **tree)
         self.bin = tmp_path / "bin"
@@ -342,7 +342,7 @@ class Host:
             "pfc": pfc if pfc is not None else json.loads(fixture("dcb_pfc_all_off.json"))["prio_pfc"],
             "order": list(order) if order is not None else None,
             "pfc_fixture": os.path.join(FIXTURES, "dcb_pfc_all_off.json"),
-            "mlnx_qos_fixture": os.path.join(FIXTURES, "mlnx_qos_pcp.txt")}))
+            "mlnx_qos_fixture": os.path.join(FIXTURES, qos_text)}))
 
     def run(self, check_mode=False, **args):
         argsfile = self.tmp / "args.json"
@@ -414,7 +414,7 @@ def test_module_dcb_on_mlx5_without_apptrust_leaves_trust_and_says_why(tmp_path)
     [item] = res["unsupported"][NETDEV]
     assert item["what"] == "trust" and "apptrust" in item["reason"] and "tool=mlnx_qos" in item["reason"]
     assert [c[1] for c in host.calls("set")] == ["pfc"]
-    assert any("trust not managed" in w for w in res.get("warnings", []))
+    assert f"{NETDEV}: trust not managed: " in json.dumps(res["warnings"])  # ansible-core 2.19 nests them
 
 
 def test_module_auto_prefers_mlnx_qos_on_mlx5(tmp_path):
@@ -424,9 +424,19 @@ def test_module_auto_prefers_mlnx_qos_on_mlx5(tmp_path):
     assert host.calls() == [["mlnx_qos", "-i", NETDEV]]
     assert [u["what"] for u in res["unsupported"][NETDEV]] == ["ecn_np", "ecn_rp"]
     res = host.run()
-    assert host.calls()[1] == ["mlnx_qos", "-i", NETDEV, "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0"]
+    assert host.calls()[2] == ["mlnx_qos", "-i", NETDEV, "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0"]
     assert res["changed"] is True and "failed" not in res, res
     assert host.run()["changed"] is False
+
+
+def test_module_mlnx_qos_without_trust_support_sets_pfc_and_passes_on_its_warnings(tmp_path):
+    host = Host(tmp_path, tools=("mlnx_qos",), order=("none",), qos_text="mlnx_qos_no_trust.txt")
+    res = host.run(ecn=False)
+    assert res["tool"] == "mlnx_qos" and res["changed"] is True and "failed" not in res, res
+    assert host.calls()[1] == ["mlnx_qos", "-i", NETDEV, "--pfc", "0,0,0,1,0,0,0,0"]
+    [item] = res["unsupported"][NETDEV]
+    assert item["what"] == "trust" and "Priority trust state is not supported on your system" in item["reason"]
+    assert "mlnx_qos says: ****** WARNING: lldpad service is running" in json.dumps(res["warnings"])
 
 
 def test_module_fails_when_the_state_still_differs_after_the_change(tmp_path):
