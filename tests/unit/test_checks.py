@@ -96,7 +96,10 @@ def test_untuned_host_case_fails_every_undersized_key(case):
     assert failed == sorted([
         "net.core.somaxconn", "net.core.netdev_budget", "net.core.netdev_max_backlog",
         "net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem",
-        "net.ipv4.tcp_mtu_probing", "net.core.rps_sock_flow_entries"])
+        "net.ipv4.tcp_mtu_probing", "net.core.rps_sock_flow_entries",
+        # 212992-byte default socket buffers, and a multi-NIC host's default ARP replies
+        "net.core.rmem_default", "net.core.wmem_default",
+        "net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce"])
     # keys not in that capture are SKIP (not visible), never invented
     for key in ("net.core.netdev_budget_usecs", "net.ipv4.tcp_wmem"):
         assert by_id(checks)[f"sysctl.{key}"]["status"] == "SKIP"
