@@ -8,7 +8,8 @@ STATUSES), ``hosts`` (the hosts or links to blame, sorted), ``measured``,
 ``{"facts": <node_facts ansible_facts.ncclprep> | None, "intent": {...},
 "probe": <nccl_probe result> | None, "smoke": <torchrun_smoke result> | None}``
 where intent holds ``sysctl`` (key -> value), ``torch_version`` (str),
-``mtu`` (int | None) and ``names`` (the host_names intent).
+``mtu`` (int | None), ``names`` (the host_names intent), ``rps_rfs``, ``numa``
+(numa_pinning_intent) and ``roce`` (roce_qos_intent).
 """
 
 from __future__ import annotations
@@ -225,6 +226,94 @@ def check_rps_rfs(records: dict) -> list[dict]:
                        message="RPS CPUs and RFS flow counts as intended on every rx queue")]
 
 
+def _map_lines(text: str | None) -> list[str] | None:
+    """Non-comment, non-blank lines of a binding map text; None stays None (not installed)."""
+    if text is None:
+        return None
+    return [line.strip() for line in str(text).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def check_numa(records: dict) -> list[dict]:
+    """numa.binding and numa.irq_affinity (role numa_pinning).
+
+    intent ``numa``: {binding_text (map computed from today's topology), installed_text (the
+    installed map, None when absent), irq: {interface, cpus, irqs, change, reason, current}}.
+    numa.binding FAILs hosts whose installed map differs from today's topology (a GPU moved, a
+    map never installed); numa.irq_affinity FAILs hosts with data-plane IRQs off the NIC's CPUs,
+    and is SKIP when no host has IRQs to pin (virtual NICs).
+    """
+    rows = {h: r["intent"]["numa"] for h, r in sorted(records.items())
+            if (r.get("intent") or {}).get("numa")}
+    if not rows:
+        return []
+    out = []
+    bad = {h: (_map_lines(n.get("installed_text")) if n.get("installed_text") is not None else "not installed")
+           for h, n in rows.items() if _map_lines(n.get("installed_text")) != _map_lines(n.get("binding_text"))}
+    if bad:
+        out.append(make_check(
+            "numa.binding", "FAIL", bad, measured=bad,
+            expected={h: _map_lines(rows[h].get("binding_text")) for h in bad},
+            message=f"NUMA binding map differs from the topology on {', '.join(sorted(bad))}",
+            remediation=f"re-run site.yml (role numa_pinning) on {', '.join(sorted(bad))}"))
+    else:
+        ranks = {h: len(_map_lines(n.get("binding_text")) or []) for h, n in rows.items()}
+        out.append(make_check("numa.binding", "PASS", measured=ranks,
+                              message=f"binding map matches the topology on {len(rows)} hosts"))
+    irq = {h: n.get("irq") or {} for h, n in rows.items()}
+    off = {h: {str(i): (p.get("current") or {}).get(str(i), (p.get("current") or {}).get(i)) for i in p["change"]}
+           for h, p in irq.items() if p.get("change")}
+    pinned = [h for h, p in irq.items() if p.get("irqs") and not p.get("change")]
+    if off:
+        out.append(make_check(
+            "numa.irq_affinity", "FAIL", off, measured=off, expected={h: irq[h].get("cpus") for h in off},
+            message="data-plane IRQs off the NIC's local CPUs on "
+                    + ", ".join(f"{h} (IRQ {', '.join(v)})" for h, v in sorted(off.items())),
+            remediation=f"re-run site.yml (role numa_pinning) on {', '.join(sorted(off))}; "
+                        "check irqbalance is banned from them or stopped"))
+    elif pinned:
+        out.append(make_check("numa.irq_affinity", "PASS", measured={h: irq[h].get("cpus") for h in pinned},
+                              message=f"data-plane IRQs on the NIC's local CPUs on {len(pinned)} hosts"))
+    else:
+        reasons = {h: p.get("reason") for h, p in irq.items()}
+        out.append(make_check("numa.irq_affinity", "SKIP", measured=reasons,
+                              message=f"no IRQs to pin: {_majority(reasons)}"))
+    return out
+
+
+def check_roce(records: dict) -> list[dict]:
+    """roce.qos (role roce_qos): PFC priority, trust and ECN as intended on every RoCE port.
+
+    intent ``roce``: the roce_qos module's check-mode result {ports, changes{netdev: [{what, from,
+    to}]}, unsupported, skipped, skip_reason}. FAIL names each host and netdev with a pending
+    change; SKIP (with the reason) when no host has a RoCE port to manage.
+    """
+    rows = {h: r["intent"]["roce"] for h, r in sorted(records.items())
+            if (r.get("intent") or {}).get("roce")}
+    if not rows:
+        return []
+    pending = {h: {dev: [c["what"] for c in ch] for dev, ch in (n.get("changes") or {}).items() if ch}
+               for h, n in rows.items()}
+    pending = {h: v for h, v in pending.items() if v}
+    managed = [h for h, n in rows.items() if not n.get("skipped")]
+    skipped = {h: n.get("skip_reason") for h, n in rows.items() if n.get("skipped")}
+    if pending:
+        return [make_check(
+            "roce.qos", "FAIL", pending, measured={h: (rows[h].get("changes")) for h in pending},
+            expected={"pfc_priority": next(iter(rows.values())).get("priority"),
+                      "trust": next(iter(rows.values())).get("trust")},
+            message="RoCE QoS differs from intent on "
+                    + "; ".join(f"{h}: " + ", ".join(f"{d} {'/'.join(w)}" for d, w in sorted(v.items()))
+                                for h, v in sorted(pending.items())),
+            remediation=f"re-run site.yml (role roce_qos) on {', '.join(sorted(pending))}")]
+    if managed:
+        note = f"; no RoCE on {', '.join(sorted(skipped))}" if skipped else ""
+        return [make_check("roce.qos", "PASS", measured={h: [p.get("netdev") for p in rows[h].get("ports") or []]
+                                                         for h in managed},
+                           message=f"PFC, trust and ECN as intended on the RoCE ports of {len(managed)} hosts{note}")]
+    return [make_check("roce.qos", "SKIP", measured=skipped,
+                       message="not applicable: " + _majority(skipped))]
+
+
 def check_versions(records: dict) -> list[dict]:
     """torch is installed at the pinned version (local label ignored) on every host."""
     seen = {h: ((r.get("facts") or {}).get("versions") or {}).get("torch")
@@ -383,6 +472,8 @@ def evaluate(records: dict, all_hosts: list[str], min_busbw_gbps: float | None =
             + check_names(with_facts)
             + check_sysctl(with_facts)
             + check_rps_rfs(with_facts)
+            + check_numa(with_facts)
+            + check_roce(with_facts)
             + check_versions(with_facts)
             + check_collectives(records, all_hosts, min_busbw_gbps)
             + check_smoke(records, all_hosts))

@@ -252,3 +252,90 @@ def test_smoke_failure_with_unresolvable_master_is_explained(case):
     c = by_id(evaluate(rec, HOSTS))["torchrun.smoke"]
     assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
     assert "resolv" in c["message"].lower()
+
+
+# ---------------------------------------------------------------- numa_pinning and roce_qos
+
+def _numa(installed="0 0 0-31 -", irq=None):
+    return {"binding_text": "# local_rank numa_node cpus gpu\n0 0 0-31 -\n", "installed_text": installed,
+            "irq": irq or {"interface": "eth0", "cpus": "0-31", "irqs": [], "change": [],
+                           "reason": "no IRQs: eth0 is a virtual interface (no device in sysfs)", "current": {}}}
+
+
+def test_numa_map_and_virtual_nic_pass_and_skip():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["intent"]["numa"] = _numa()
+    ids = by_id(evaluate(recs, HOSTS))
+    assert ids["numa.binding"]["status"] == "PASS"
+    assert ids["numa.binding"]["measured"] == {"node1": 1, "node2": 1, "node3": 1}
+    assert ids["numa.irq_affinity"]["status"] == "SKIP"
+    assert "eth0 is a virtual interface" in ids["numa.irq_affinity"]["message"]
+
+
+def test_numa_stale_map_and_unpinned_irqs_name_the_host():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["intent"]["numa"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120, 121],
+                                               "change": [], "reason": None,
+                                               "current": {"120": "0-31", "121": "0-31"}})
+    # node2: map installed for another topology; node3: never installed; node1: irqbalance moved IRQ 121
+    recs["node2"]["intent"]["numa"]["installed_text"] = "0 1 32-63 -"
+    recs["node3"]["intent"]["numa"]["installed_text"] = None
+    recs["node1"]["intent"]["numa"]["irq"].update(change=[121], current={"120": "0-31", "121": "40"})
+    checks = evaluate(recs, HOSTS)
+    ids = by_id(checks)
+    assert ids["numa.binding"]["status"] == "FAIL"
+    assert ids["numa.binding"]["hosts"] == ["node2", "node3"]
+    assert ids["numa.binding"]["measured"] == {"node2": ["0 1 32-63 -"], "node3": "not installed"}
+    assert ids["numa.irq_affinity"]["status"] == "FAIL"
+    assert ids["numa.irq_affinity"]["hosts"] == ["node1"]
+    assert ids["numa.irq_affinity"]["measured"] == {"node1": {"121": "40"}}
+    assert "node1 (IRQ 121)" in ids["numa.irq_affinity"]["message"]
+    assert overall(checks) == "FAIL"
+
+
+def test_numa_pinned_irqs_pass():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["intent"]["numa"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120],
+                                               "change": [], "reason": None, "current": {"120": "0-31"}})
+    assert by_id(evaluate(recs, HOSTS))["numa.irq_affinity"]["status"] == "PASS"
+
+
+def _roce(changes=None, skipped=False):
+    return {"ports": [] if skipped else [{"device": "mlx5_0", "port": 1, "netdev": "ens1np0"}],
+            "changes": changes or {}, "unsupported": {}, "skipped": skipped,
+            "skip_reason": "no RoCE port: /sys/class/infiniband does not exist" if skipped else None,
+            "tool": None if skipped else "dcb", "priority": 3, "trust": "dscp", "ecn": True}
+
+
+def test_roce_skipped_everywhere_is_skip_with_reason():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["intent"]["roce"] = _roce(skipped=True)
+    check = by_id(evaluate(recs, HOSTS))["roce.qos"]
+    assert check["status"] == "SKIP"
+    assert check["message"] == "not applicable: no RoCE port: /sys/class/infiniband does not exist"
+
+
+def test_roce_pending_change_fails_naming_host_and_netdev():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["intent"]["roce"] = _roce()
+    recs["node2"]["intent"]["roce"]["changes"] = {"ens1np0": [{"what": "pfc", "from": {"3": False}, "to": {"3": True}},
+                                                              {"what": "trust", "from": "pcp", "to": "dscp"}]}
+    check = by_id(evaluate(recs, HOSTS))["roce.qos"]
+    assert check["status"] == "FAIL"
+    assert check["hosts"] == ["node2"]
+    assert check["message"] == "RoCE QoS differs from intent on node2: ens1np0 pfc/trust"
+
+
+def test_roce_managed_hosts_pass_and_name_hosts_without_roce():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["intent"]["roce"] = _roce(skipped=(h == "node3"))
+    check = by_id(evaluate(recs, HOSTS))["roce.qos"]
+    assert check["status"] == "PASS"
+    assert check["measured"] == {"node1": ["ens1np0"], "node2": ["ens1np0"]}
+    assert check["message"].endswith("of 2 hosts; no RoCE on node3")
