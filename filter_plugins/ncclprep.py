@@ -22,6 +22,7 @@ import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
+from ansible.module_utils.ncclprep.firewall import check_firewall, ruleset  # noqa: E402
 from ansible.module_utils.ncclprep.nccl_vars import check_env  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
@@ -139,6 +140,38 @@ def cpulist(text: str) -> list[int]:
         raise AnsibleFilterError(f"ncclprep_cpulist: {exc}") from None
 
 
+def firewall_rules(cluster_cidr: str, interface: str, rendezvous_ports: list, rendezvous_sources: list,
+                   admin_cidrs: list, ssh_port: int = 22, extra_rules: list | None = None) -> list[dict]:
+    """The firewall role's allow rules (module_utils/ncclprep/firewall.py ``ruleset``)."""
+    try:
+        return ruleset(cluster_cidr, interface, list(rendezvous_ports or []), list(rendezvous_sources or []),
+                       list(admin_cidrs or []), int(ssh_port), list(extra_rules or []))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"ncclprep_firewall_rules: {exc}") from None
+
+
+def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, connection: str | None = None,
+                    facts: dict | None = None) -> list[str]:
+    """What makes the rule set unsafe (``check_firewall``); ``facts`` are the host's ansible_facts,
+    ``connection`` its SSH_CONNECTION."""
+    return check_firewall(rules, host, bool(allow_world), connection or None,
+                          ansible_facts_addresses(facts) if facts else None)
+
+
+def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:
+    """Errors for a CIDR or comma-separated CIDRs (``10.0.0.0/24,10.1.0.0/24``), naming host, variable, value."""
+    errors = []
+    parts = [p.strip() for p in str(value or "").split(",") if p.strip()]
+    if not parts:
+        return [f"{host}: {var}={value!r}: no CIDR given"]
+    for part in parts:
+        try:
+            parse_cidr(part)
+        except ValueError as exc:
+            errors.append(f"{host}: {var}={value!r}: {exc}")
+    return errors
+
+
 class FilterModule:
     """ncclprep filters."""
 
@@ -151,4 +184,7 @@ class FilterModule:
             "ncclprep_cpulist_to_mask": cpulist_to_mask,
             "ncclprep_mask_to_cpulist": mask_to_cpulist,
             "ncclprep_cpulist": cpulist,
+            "ncclprep_firewall_rules": firewall_rules,
+            "ncclprep_firewall_errors": firewall_errors,
+            "ncclprep_cidr_errors": cidr_errors,
         }

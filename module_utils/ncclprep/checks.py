@@ -9,14 +9,16 @@ STATUSES), ``hosts`` (the hosts or links to blame, sorted), ``measured``,
 "probe": <nccl_probe result> | None, "smoke": <torchrun_smoke result> | None}``
 where intent holds ``sysctl`` (key -> value), ``torch_version`` (str),
 ``mtu`` (int | None), ``names`` (the host_names intent), ``rps_rfs``, ``numa``
-(numa_pinning_intent) and ``roce`` (roce_qos_intent).
+(numa_pinning_intent), ``roce`` (roce_qos_intent) and ``firewall`` (firewall_intent).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ansible.module_utils.ncclprep.parsers.torch_dist import diagnose_torch_dist, parse_torch_dist
+from ansible.module_utils.ncclprep.parsers.ufw import diagnose_ufw, parse_ufw_status
 from ansible.module_utils.ncclprep.sysctl import normalize
 
 STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "HANG")
@@ -314,6 +316,83 @@ def check_roce(records: dict) -> list[dict]:
                        message="not applicable: " + _majority(skipped))]
 
 
+def _firewall_problem(fw: dict) -> str | None:
+    """Why a host's live firewall does not hold the role's intent, or None when it does."""
+    live = fw.get("live") or {}
+    cluster = fw.get("cluster_cidr")
+    interface = next((r.get("interface") for r in fw.get("rules") or [] if r.get("var") == "firewall_cluster_cidr"),
+                     None)
+    if fw.get("backend") == "nftables":
+        if live.get("rc") != 0:
+            return "nftables table inet ncclprep is not loaded"
+        text = live.get("stdout") or ""
+        if not re.search(r'"policy":\s*"drop"|policy drop', text):
+            return "table inet ncclprep has no drop policy"
+        return None if cluster and cluster.split("/")[0] in text else f"no rule for the cluster {cluster}"
+    parsed = parse_ufw_status(live.get("stdout") or "")
+    if parsed.get("status") != "active":
+        return f"ufw is {parsed.get('status') or 'not reported'}"
+    if (parsed.get("default") or {}).get("incoming") != "deny":
+        return f"ufw's incoming default is {(parsed.get('default') or {}).get('incoming')}, not deny"
+    findings = diagnose_ufw(parsed, cluster, interface=interface) if cluster else []
+    bad = [f for f in findings if f["severity"] == "FAIL"]
+    return bad[0]["message"] if bad else None
+
+
+def check_firewall(records: dict) -> list[dict]:
+    """firewall.rules (role firewall): active, default deny incoming, the cluster allowed on every port.
+
+    intent ``firewall``: {backend (ufw, nftables), cluster_cidr, rules, live: {rc, stdout} of
+    ``ufw status verbose`` or ``nft -j list table inet ncclprep``}.
+    """
+    rows = {h: r["intent"]["firewall"] for h, r in sorted(records.items())
+            if (r.get("intent") or {}).get("firewall")}
+    if not rows:
+        return []
+    problems = {h: p for h, fw in rows.items() if (p := _firewall_problem(fw))}
+    if problems:
+        return [make_check("firewall.rules", "FAIL", problems, measured=problems,
+                           expected="active, default deny incoming, cluster CIDR allowed",
+                           message="firewall not as intended: " + "; ".join(f"{h}: {p}"
+                                                                           for h, p in sorted(problems.items())),
+                           remediation=f"re-run site.yml (role firewall) on {', '.join(sorted(problems))}")]
+    return [make_check("firewall.rules", "PASS", measured={h: fw.get("backend") for h, fw in rows.items()},
+                       message=f"default deny incoming with the cluster allowed on {len(rows)} hosts")]
+
+
+def check_ssh(records: dict) -> list[dict]:
+    """ssh.trust (role ssh_trust): every node logs in to every other node, by name and by
+    data-plane address, with host keys checked and no prompt.
+
+    record ``ssh``: the ssh_mesh module's results [{host, name, ok, cause, explanation}] run on that
+    host. Links to a host without facts are left to host.reachable. FAIL names each link
+    ``src -> dst (name): cause``.
+    """
+    rows = {h: r.get("ssh") for h, r in sorted(records.items()) if r.get("ssh") is not None}
+    if not rows:
+        return []
+    alive = {h for h, r in records.items() if r.get("facts")}
+    bad: dict[str, list[str]] = {}
+    logins = failed = 0
+    for src, results in rows.items():
+        for res in results:
+            if res.get("host") not in alive:
+                continue
+            logins += 1
+            if not res.get("ok"):
+                failed += 1
+                bad.setdefault(f"{src} -> {res.get('host')}", []).append(
+                    f"{res.get('name')}: {res.get('cause')} ({res.get('explanation')})")
+    if bad:
+        return [make_check("ssh.trust", "FAIL", bad, measured=bad, expected="login with host key checked, no prompt",
+                           message=f"{failed} of {logins} node-to-node SSH logins failed: "
+                                   + "; ".join(f"{k} {', '.join(v)}" for k, v in sorted(bad.items())),
+                           remediation="re-run site.yml (roles ssh_trust and host_names); a changed host key "
+                                       "means a reinstalled node or an impostor: check it before trusting it")]
+    return [make_check("ssh.trust", "PASS", measured={"logins": logins},
+                       message=f"{logins} node-to-node SSH logins with host keys checked, no prompt")]
+
+
 def check_versions(records: dict) -> list[dict]:
     """torch is installed at the pinned version (local label ignored) on every host."""
     seen = {h: ((r.get("facts") or {}).get("versions") or {}).get("torch")
@@ -474,6 +553,8 @@ def evaluate(records: dict, all_hosts: list[str], min_busbw_gbps: float | None =
             + check_rps_rfs(with_facts)
             + check_numa(with_facts)
             + check_roce(with_facts)
+            + check_firewall(with_facts)
+            + check_ssh(with_facts)
             + check_versions(with_facts)
             + check_collectives(records, all_hosts, min_busbw_gbps)
             + check_smoke(records, all_hosts))

@@ -37,8 +37,8 @@ def env() -> dict:
     return e
 
 
-def run(cmd: list[str], timeout: int) -> subprocess.CompletedProcess:
-    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
+def run(cmd: list[str], timeout: int, input: str | None = None) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout, input=input)
     sys.stdout.write(f"$ {' '.join(cmd)} -> {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-2000:]}\n")
     return out
 
@@ -90,7 +90,8 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     assert set(statuses.values()) <= {"PASS", "SKIP"}
     for cid in ("host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve",
                 "sysctl.net.core.somaxconn", "rps_rfs.queues", "versions.torch", "collective.all_reduce",
-                "torchrun.smoke", "numa.binding", "sysctl.net.ipv4.conf.all.arp_ignore"):
+                "torchrun.smoke", "numa.binding", "sysctl.net.ipv4.conf.all.arp_ignore", "firewall.rules",
+                "ssh.trust"):
         assert statuses[cid] == "PASS", cid
     by = {c["id"]: c for c in data["checks"]}
     # containers: eth0 is a veth (no IRQs) and there is no RDMA device: SKIP with the reason
@@ -131,6 +132,9 @@ def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster,
      "node1: nic_mtu_value=70000 on nic_mtu_interface=eth0: outside the range the interface accepts, 68..65535"),
     ('{"nccl_env_overrides": {"NCCL_SOCKET_IFNAM": "=eth0"}}',
      "node3: NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"),
+    ("nic_mtu_interface=eth9", "node2: nic_mtu_value=4096 on nic_mtu_interface=eth9: the interface does not exist"),
+    ('{"firewall_admin_cidrs": ["0.0.0.0/0"]}',
+     "node1: firewall_admin_cidrs opens SSH from the admin network to the whole Internet (0.0.0.0/0)"),
 ])
 def test_bad_input_fails_before_any_change(cluster, extra, message):
     bad = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e", extra], timeout=600)
@@ -168,6 +172,30 @@ def test_somaxconn_fault_on_node2_is_caught_and_named(cluster, tmp_path_factory)
         assert "FAIL sysctl.net.core.somaxconn [node2]" in val.stdout
     finally:
         run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=65535"], timeout=60)
+
+
+def test_firewall_off_on_node1_and_key_refused_by_node3_are_named(cluster, tmp_path_factory):
+    """ufw disabled on node1, the cluster key dropped from node3's authorized_keys: exactly
+    firewall.rules [node1] and ssh.trust [node1 -> node3, node2 -> node3] FAIL."""
+    keys = run(["podman", "exec", "ncclprep-node3", "cat", "/root/.ssh/authorized_keys"], timeout=60)
+    assert keys.returncode == 0 and "ncclprep cluster key" in keys.stdout
+    assert run(["podman", "exec", "ncclprep-node1", "ufw", "disable"], timeout=60).returncode == 0
+    assert run(["podman", "exec", "ncclprep-node3", "sed", "-i", "/ncclprep cluster key/d",
+                "/root/.ssh/authorized_keys"], timeout=60).returncode == 0
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val = playbook("validate", reports)
+        assert val.returncode != 0
+        bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
+        assert sorted(bad) == ["firewall.rules", "ssh.trust"]
+        assert bad["firewall.rules"]["hosts"] == ["node1"]
+        assert bad["firewall.rules"]["measured"] == {"node1": "ufw is inactive"}
+        assert bad["ssh.trust"]["hosts"] == ["node1 -> node3", "node2 -> node3"]
+        assert all("auth_denied" in v for links in bad["ssh.trust"]["measured"].values() for v in links)
+    finally:
+        run(["podman", "exec", "ncclprep-node1", "ufw", "--force", "enable"], timeout=60)
+        run(["podman", "exec", "-i", "ncclprep-node3", "sh", "-c", "cat > /root/.ssh/authorized_keys"],
+            timeout=60, input=keys.stdout)
 
 
 def test_stopped_node3_is_named_without_a_hang(cluster, tmp_path_factory):

@@ -339,3 +339,86 @@ def test_roce_managed_hosts_pass_and_name_hosts_without_roce():
     assert check["status"] == "PASS"
     assert check["measured"] == {"node1": ["ens1np0"], "node2": ["ens1np0"]}
     assert check["message"].endswith("of 2 hosts; no RoCE on node3")
+
+
+# ---------------------------------------------------------------- firewall
+
+UFW_OK = ("Status: active\nLogging: on (low)\nDefault: deny (incoming), allow (outgoing), deny (routed)\n"
+          "New profiles: skip\n\nTo                         Action      From\n"
+          "--                         ------      ----\n"
+          "Anywhere on eth0           ALLOW IN    10.0.0.0/24                # ncclprep: cluster traffic\n"
+          "22/tcp                     ALLOW IN    192.168.10.0/24            # ncclprep: SSH\n")
+FW_RULES = [{"from": "10.0.0.0/24", "port": None, "proto": "any", "interface": "eth0", "comment": "c",
+             "var": "firewall_cluster_cidr"}]
+
+
+def _fw(stdout=UFW_OK, rc=0, backend="ufw"):
+    return {"backend": backend, "cluster_cidr": "10.0.0.0/24", "rules": FW_RULES, "live": {"rc": rc, "stdout": stdout}}
+
+
+def test_firewall_active_default_deny_cluster_allowed_passes():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["intent"]["firewall"] = _fw()
+    recs["node3"]["intent"]["firewall"] = _fw(
+        '{"nftables": [{"chain": {"family": "inet", "table": "ncclprep", "name": "input", "policy": "drop"}},'
+        ' {"rule": {"expr": [{"match": {"right": {"prefix": {"addr": "10.0.0.0", "len": 24}}}}]}}]}',
+        backend="nftables")
+    check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
+    assert check["status"] == "PASS"
+    assert check["measured"] == {"node1": "ufw", "node2": "ufw", "node3": "nftables"}
+
+
+def test_firewall_off_open_or_blocking_names_each_host():
+    recs = healthy()
+    recs["node1"]["intent"]["firewall"] = _fw(UFW_OK.replace("Status: active", "Status: inactive"))
+    recs["node2"]["intent"]["firewall"] = _fw(UFW_OK.replace("deny (incoming)", "allow (incoming)"))
+    recs["node3"]["intent"]["firewall"] = _fw(rc=1, stdout="", backend="nftables")
+    check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
+    assert check["status"] == "FAIL"
+    assert check["measured"] == {"node1": "ufw is inactive",
+                                 "node2": "ufw's incoming default is allow, not deny",
+                                 "node3": "nftables table inet ncclprep is not loaded"}
+    recs = healthy()
+    recs["node2"]["intent"]["firewall"] = _fw(UFW_OK.replace("Anywhere on eth0", "Anywhere on eth1"))
+    check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
+    assert check["hosts"] == ["node2"] and "cannot reach every port" in check["message"]
+
+
+# ---------------------------------------------------------------- ssh_trust
+
+def _ssh(src, bad=None):
+    out = []
+    for dst in HOSTS:
+        if dst == src:
+            continue
+        for name in (dst, f"10.0.0.{HOSTS.index(dst) + 1}"):
+            ok = not bad or bad.get((src, dst)) is None
+            cause = None if ok else bad[(src, dst)]
+            out.append({"host": dst, "name": name, "ok": ok, "cause": cause,
+                        "explanation": None if ok else "the peer's host key is not in known_hosts"})
+    return out
+
+
+def test_ssh_mesh_all_logins_pass():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["ssh"] = _ssh(h)
+    check = by_id(evaluate(recs, HOSTS))["ssh.trust"]
+    assert check["status"] == "PASS" and check["measured"] == {"logins": 12}
+
+
+def test_ssh_mesh_names_the_failing_link_and_leaves_a_dead_host_to_reachable():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["ssh"] = _ssh(h, bad={("node1", "node3"): "host_key_unknown", ("node2", "node3"): "host_key_unknown"})
+    check = by_id(evaluate(recs, HOSTS))["ssh.trust"]
+    assert check["status"] == "FAIL"
+    assert check["hosts"] == ["node1 -> node3", "node2 -> node3"]
+    assert check["message"].startswith("4 of 12 node-to-node SSH logins failed: node1 -> node3 ")
+    # node3 down: its links are host.reachable's business, not ssh.trust's
+    recs["node3"]["facts"] = None
+    recs["node3"]["ssh"] = None
+    checks = by_id(evaluate(recs, HOSTS))
+    assert checks["ssh.trust"]["status"] == "PASS" and checks["ssh.trust"]["measured"] == {"logins": 4}
+    assert checks["host.reachable"]["hosts"] == ["node3"]

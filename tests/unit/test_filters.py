@@ -67,3 +67,22 @@ def test_nccl_env_check_names_the_host():
     assert out["errors"] == ["node2: NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"]
     assert out["warnings"][0].startswith("node2: NCCL_ASYNC_ERROR_HANDLING=1 is deprecated")
     assert out["effective"] == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+
+def test_cidr_errors_names_host_variable_and_value():
+    f = F["ncclprep_cidr_errors"]
+    assert f("10.0.0.0/24, 10.1.0.0/24", "node1", "ssh_trust_from") == []
+    [err] = f("10.0.0.0/24,10.1.0.300/24", "node1", "ssh_trust_from")
+    assert err.startswith("node1: ssh_trust_from='10.0.0.0/24,10.1.0.300/24': ")
+    assert f(None, "node2", "ssh_trust_from") == ["node2: ssh_trust_from=None: no CIDR given"]
+
+
+def test_firewall_filters_build_rules_and_refuse_a_lockout():
+    rules = F["ncclprep_firewall_rules"]("10.0.0.0/24", "bond0", [29400], ["10.0.0.0/24"], [], 22, [])
+    assert [(r["from"], r["port"], r["interface"]) for r in rules] == [
+        ("10.0.0.0/24", None, "bond0"), ("10.0.0.0/24", 29400, None)]
+    # the controller reaches node4 over eth0 (192.168.5.2), which only an admin CIDR would allow
+    [err] = F["ncclprep_firewall_errors"](rules, "node4", False, "192.168.5.1 40000 192.168.5.2 22", FACTS)
+    assert "lock the controller out" in err and "(interface eth0)" in err
+    assert F["ncclprep_firewall_errors"](rules, "node4", False, "10.0.0.1 40000 10.0.0.4 22", FACTS) == []

@@ -43,3 +43,17 @@ def test_deny_first_inactive_numbered_and_garbled_lines():
     assert [f["id"] for f in diagnose_ufw(parse_ufw_status("Status: inactive\n"), "10.0.0.0/24")] == ["ufw.inactive"]
     only_default = parse_ufw_status("Status: active\nDefault: allow (incoming), allow (outgoing)\n")
     assert diagnose_ufw(only_default, "10.0.0.0/24")[0]["id"] == "ufw.cluster_allowed"
+
+
+def test_cluster_rule_bound_to_the_data_plane_interface():
+    """`ufw allow in on eth0 from CIDR` (the firewall role's cluster rule) shows as "Anywhere on eth0"."""
+    text = ("Status: active\nDefault: deny (incoming), allow (outgoing), deny (routed)\n\n"
+            "To                         Action      From\n--                         ------      ----\n"
+            "Anywhere on eth0           ALLOW IN    10.77.31.8/29              # ncclprep: cluster traffic\n"
+            "22/tcp                     ALLOW IN    10.77.31.1                 # ncclprep: SSH\n")
+    parsed = parse_ufw_status(text)
+    assert parsed["rules"][0]["to"] == "Anywhere on eth0" and parsed["unparsed"] == []
+    assert [f["id"] for f in diagnose_ufw(parsed, "10.77.31.8/29", interface="eth0")] == ["ufw.cluster_allowed"]
+    # peers arriving on another interface are not covered by it
+    assert [f["id"] for f in diagnose_ufw(parsed, "10.77.31.8/29", interface="eth1")] == ["ufw.cluster_blocked"]
+    assert [f["id"] for f in diagnose_ufw(parsed, "10.77.31.8/29")] == ["ufw.cluster_blocked"]

@@ -80,11 +80,12 @@ def _covers(source: str, cidr) -> bool:
     return net.version == cidr.version and cidr.subnet_of(net)
 
 
-def diagnose_ufw(parsed: dict, cluster_cidr: str, host: str | None = None) -> list[dict]:
+def diagnose_ufw(parsed: dict, cluster_cidr: str, host: str | None = None, interface: str | None = None) -> list[dict]:
     """Findings for ``parse_ufw_status`` output: can peers in ``cluster_cidr`` reach every port?
 
     The first rule (in order) that applies to every port from all of ``cluster_cidr`` (``To`` is
-    ``Anywhere``, direction IN, same IP version) decides; without one the incoming default does.
+    ``Anywhere``, or ``Anywhere on <interface>`` when the peers arrive on ``interface``, direction
+    IN, same IP version) decides; without one the incoming default does.
     - INFO ``ufw.inactive`` when ufw is not active (nothing filtered).
     - INFO ``ufw.cluster_allowed`` when peers in the CIDR reach every port (a PASS for a cluster in
       that subnet), with ``rule`` (the deciding rule or None for the default).
@@ -96,8 +97,9 @@ def diagnose_ufw(parsed: dict, cluster_cidr: str, host: str | None = None) -> li
     if parsed.get("status") != "active":
         return [finding("ufw.inactive", "INFO", subject, f"ufw is {parsed.get('status') or 'not reported'}: "
                         "nothing filtered", "", host=host)]
+    anywhere = {"Anywhere"} | ({f"Anywhere on {interface}"} if interface else set())
     for rule in parsed["rules"]:
-        if rule["to"] == "Anywhere" and rule["direction"] in ("IN", None) and rule["v6"] == (cidr.version == 6) \
+        if rule["to"] in anywhere and rule["direction"] in ("IN", None) and rule["v6"] == (cidr.version == 6) \
                 and _covers(rule["from"], cidr):
             if rule["action"] == "ALLOW":
                 return [finding("ufw.cluster_allowed", "INFO", cluster_cidr,

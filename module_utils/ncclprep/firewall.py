@@ -1,0 +1,110 @@
+"""The firewall role's rule set, checked before any change.
+
+``ruleset`` turns the role's variables into one list of allow rules that both
+backends render (community.general.ufw tasks, the nftables template), and
+``check_firewall`` finds what would be unsafe: a CIDR that does not parse, a
+rule open to the whole Internet (0.0.0.0/0, ::/0) unless allowed, a port out of
+range, and a rule set that would cut the Ansible connection itself (the
+controller's SSH session must stay allowed once the default policy is deny).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ansible.module_utils.ncclprep.netutil import parse_cidr
+
+WORLD = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+PROTOS = ("tcp", "udp", "any")
+
+
+def _net(value: str, var: str, host: str, errors: list) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return parse_cidr(str(value))
+    except ValueError as exc:
+        errors.append(f"{host}: {var}={value!r}: {exc}")
+        return None
+
+
+def ruleset(cluster_cidr: str, interface: str, rendezvous_ports: list, rendezvous_sources: list,
+            admin_cidrs: list, ssh_port: int = 22, extra_rules: list | None = None) -> list[dict]:
+    """The allow rules, in order: ``[{"from": CIDR, "port": int | None, "proto": "tcp"|"udp"|"any",
+    "interface": str | None, "comment": str, "var": the role variable it comes from}]``; port None
+    is every port.
+
+    1. everything from the cluster CIDR on the data-plane interface (NCCL and Gloo use
+       ephemeral ports, so no port list can hold them);
+    2. each rendezvous port (TCP) from each rendezvous source, on any interface;
+    3. SSH from each admin CIDR, on any interface;
+    4. extra rules ``{port, proto (default tcp), from}``.
+    Values are passed through; ``check_firewall`` says which are bad.
+    """
+    rules = [{"from": str(cluster_cidr), "port": None, "proto": "any", "interface": interface,
+              "comment": "ncclprep: cluster traffic (NCCL, Gloo, rendezvous)", "var": "firewall_cluster_cidr"}]
+    for source in rendezvous_sources:
+        for port in rendezvous_ports:
+            rules.append({"from": str(source), "port": int(port), "proto": "tcp", "interface": None,
+                          "comment": "ncclprep: torch.distributed rendezvous", "var": "firewall_rendezvous_sources"})
+    for source in admin_cidrs:
+        rules.append({"from": str(source), "port": int(ssh_port), "proto": "tcp", "interface": None,
+                      "comment": "ncclprep: SSH from the admin network", "var": "firewall_admin_cidrs"})
+    for rule in extra_rules or []:
+        rules.append({"from": str(rule.get("from")), "port": None if rule.get("port") is None else int(rule["port"]),
+                      "proto": str(rule.get("proto", "tcp")), "interface": rule.get("interface"),
+                      "comment": str(rule.get("comment", "ncclprep: extra rule")), "var": "firewall_extra_rules"})
+    return rules
+
+
+def allows(rules: list[dict], client: str, port: int, interface: str | None) -> bool:
+    """Whether a TCP connection from ``client`` to ``port`` arriving on ``interface`` is allowed."""
+    addr = ipaddress.ip_address(client)
+    for rule in rules:
+        try:
+            net = parse_cidr(rule["from"])
+        except ValueError:
+            continue
+        if addr.version != net.version or addr not in net:
+            continue
+        if rule["interface"] and interface and rule["interface"] != interface:
+            continue
+        if rule["interface"] and not interface:
+            continue
+        if rule["port"] is None or (rule["port"] == port and rule["proto"] in ("tcp", "any")):
+            return True
+    return False
+
+
+def check_firewall(rules: list[dict], host: str, allow_world: bool = False, connection: str | None = None,
+                   interfaces: dict | None = None) -> list[str]:
+    """Errors that must stop the role before any change (empty when the rule set is safe).
+
+    ``rules`` come from ``ruleset``; errors name the host, the rule's variable and the value.
+    ``connection`` is the node's SSH_CONNECTION ("client_ip client_port server_ip server_port",
+    sshd's environment variable) or None when not over SSH; ``interfaces`` maps interface name ->
+    its addresses, to find the interface the connection arrives on.
+    Rules: every source parses as a CIDR; 0.0.0.0/0 and ::/0 only with ``allow_world``; ports in
+    1..65535; protocols tcp, udp or any; and the controller's connection stays allowed.
+    """
+    errors: list[str] = []
+    for rule in rules:
+        var = rule.get("var", "firewall rule")
+        net = _net(rule["from"], var, host, errors)
+        if net is not None and any(net == w for w in WORLD) and not allow_world:
+            errors.append(f"{host}: {var} opens {rule['comment'].split(': ', 1)[-1]} to the whole Internet "
+                          f"({rule['from']}); name the networks that need it, or set firewall_allow_world: true")
+        if rule["port"] is not None and not 1 <= int(rule["port"]) <= 65535:
+            errors.append(f"{host}: {var} port={rule['port']} is not a TCP/UDP port (valid: 1..65535)")
+        if rule["proto"] not in PROTOS:
+            errors.append(f"{host}: {var} proto={rule['proto']!r} (valid: {', '.join(PROTOS)})")
+    if connection and not errors:
+        parts = connection.split()
+        if len(parts) == 4:
+            client, server, port = parts[0], parts[2], int(parts[3])
+            arrives = next((name for name, addrs in (interfaces or {}).items() if server in addrs), None)
+            if not allows(rules, client, port, arrives):
+                errors.append(
+                    f"{host}: the rules would lock the controller out: its SSH connection from {client} to "
+                    f"{server}:{port} (interface {arrives or 'unknown'}) matches no allow rule; add a CIDR holding "
+                    f"{client} to firewall_admin_cidrs")
+    return errors
+

@@ -1,0 +1,57 @@
+"""Node-to-node SSH as users and tools (mpirun, pdsh) do it: the system ssh client,
+no prompt, host keys checked. Pure helpers for library/ssh_mesh.py."""
+
+from __future__ import annotations
+
+import re
+
+# OpenSSH's own messages (ssh(1), sshconnect.c, ssh.c), most specific first.
+_CAUSES = (
+    (re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED"), "host_key_changed",
+     "the peer's host key differs from the one in known_hosts"),
+    (re.compile(r"Host key verification failed|No (?:ED25519|ECDSA|RSA)? ?host key is known"), "host_key_unknown",
+     "the peer's host key is not in known_hosts"),
+    (re.compile(r"Permission denied"), "auth_denied",
+     "the cluster key is not accepted (authorized_keys, from= restriction or key file)"),
+    (re.compile(r"Could not resolve hostname"), "unresolved", "the peer's name does not resolve"),
+    (re.compile(r"Connection timed out|Operation timed out|timed out"), "timeout",
+     "no answer: the peer is down or a firewall drops SSH"),
+    (re.compile(r"Connection refused"), "refused", "nothing listens on the SSH port, or a firewall rejects it"),
+    (re.compile(r"No route to host|Network is unreachable"), "unreachable", "no route to the peer"),
+)
+
+
+def classify(rc: int | None, stderr: str) -> dict:
+    """``{"ok": bool, "cause": str | None, "explanation": str | None}`` for one ssh attempt.
+
+    ``rc`` None means the attempt ran past its deadline (cause "deadline"). rc 0 is ok. Otherwise
+    the first of OpenSSH's known messages in ``stderr`` names the cause; unknown text gives
+    cause "error" with the last stderr line as the explanation.
+    """
+    if rc is None:
+        return {"ok": False, "cause": "deadline", "explanation": "ssh did not finish before its deadline"}
+    if rc == 0:
+        return {"ok": True, "cause": None, "explanation": None}
+    for pattern, cause, explanation in _CAUSES:
+        if pattern.search(stderr or ""):
+            return {"ok": False, "cause": cause, "explanation": explanation}
+    lines = [line for line in (stderr or "").splitlines() if line.strip()]
+    return {"ok": False, "cause": "error", "explanation": lines[-1] if lines else f"ssh exited with {rc}"}
+
+
+def ssh_argv(target: str, user: str | None = None, identity: str | None = None, port: int = 22,
+             connect_timeout: int = 5, known_hosts: str | None = None) -> list[str]:
+    """argv for one check: ``ssh -o BatchMode=yes -o StrictHostKeyChecking=yes ... target true``.
+
+    BatchMode: never prompt (a prompt would be a hang); StrictHostKeyChecking=yes: an unknown or
+    changed host key fails instead of being accepted.
+    """
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"ConnectTimeout={int(connect_timeout)}", "-p", str(int(port))]
+    if known_hosts:
+        argv += ["-o", f"GlobalKnownHostsFile={known_hosts}"]
+    if identity:
+        argv += ["-i", identity, "-o", "IdentitiesOnly=yes"]
+    if user:
+        argv += ["-l", user]
+    return argv + [target, "true"]

@@ -1,0 +1,69 @@
+"""The firewall role's rule set and its safety checks (module_utils/ncclprep/firewall.py)."""
+
+from ansible.module_utils.ncclprep.firewall import allows, check_firewall, ruleset
+
+IFACES = {"eth0": ["10.0.0.11"], "eno1": ["192.168.10.11"], "lo": ["127.0.0.1"]}
+
+
+def rules(admin=("192.168.10.0/24",), sources=("10.0.0.0/24",), extra=()):
+    return ruleset("10.0.0.0/24", "eth0", [29400, 29500], list(sources), list(admin), 22, list(extra))
+
+
+def test_ruleset_order_and_shape():
+    r = rules(extra=[{"from": "10.9.0.0/16", "port": 9100}])
+    assert [(x["from"], x["port"], x["proto"], x["interface"], x["var"]) for x in r] == [
+        ("10.0.0.0/24", None, "any", "eth0", "firewall_cluster_cidr"),
+        ("10.0.0.0/24", 29400, "tcp", None, "firewall_rendezvous_sources"),
+        ("10.0.0.0/24", 29500, "tcp", None, "firewall_rendezvous_sources"),
+        ("192.168.10.0/24", 22, "tcp", None, "firewall_admin_cidrs"),
+        ("10.9.0.0/16", 9100, "tcp", None, "firewall_extra_rules"),
+    ]
+
+
+def test_allows_follows_interface_port_and_source():
+    r = rules()
+    assert allows(r, "10.0.0.12", 41234, "eth0")          # cluster peer, ephemeral NCCL port
+    assert not allows(r, "10.0.0.12", 41234, "eno1")      # same peer on the management NIC: only listed ports
+    assert allows(r, "10.0.0.12", 29400, "eno1")          # ... such as the rendezvous
+    assert allows(r, "192.168.10.5", 22, "eno1")          # admin SSH
+    assert not allows(r, "192.168.10.5", 2222, "eno1")
+    assert not allows(r, "172.16.0.9", 22, "eno1")        # not an admin network
+
+
+def test_safe_rules_over_the_admin_network_pass():
+    assert check_firewall(rules(), "node1", connection="192.168.10.5 50000 192.168.10.11 22", interfaces=IFACES) == []
+    # the controller inside the cluster CIDR, arriving on the data-plane NIC: the cluster rule keeps it
+    assert check_firewall(rules(admin=()), "node1", connection="10.0.0.1 50000 10.0.0.11 22", interfaces=IFACES) == []
+
+
+def test_lockout_of_the_controller_is_refused_naming_host_and_address():
+    errs = check_firewall(rules(admin=("192.168.20.0/24",)), "node1",
+                          connection="192.168.10.5 50000 192.168.10.11 22", interfaces=IFACES)
+    assert errs == ["node1: the rules would lock the controller out: its SSH connection from 192.168.10.5 to "
+                    "192.168.10.11:22 (interface eno1) matches no allow rule; add a CIDR holding 192.168.10.5 "
+                    "to firewall_admin_cidrs"]
+    # the controller in the cluster CIDR but arriving on another interface: the cluster rule does not apply
+    assert check_firewall(rules(admin=()), "node1", connection="10.0.0.1 50000 192.168.10.11 22",
+                          interfaces=IFACES) != []
+
+
+def test_world_open_rules_are_refused_unless_allowed():
+    r = rules(admin=("0.0.0.0/0",), extra=[{"from": "::/0", "port": 9100}])
+    errs = check_firewall(r, "node2")
+    assert len(errs) == 2
+    assert errs[0].startswith("node2: firewall_admin_cidrs opens SSH from the admin network to the whole Internet "
+                              "(0.0.0.0/0)")
+    assert "firewall_extra_rules" in errs[1] and "(::/0)" in errs[1]
+    assert check_firewall(r, "node2", allow_world=True) == []
+
+
+def test_bad_cidr_port_and_proto_name_variable_and_value():
+    r = rules(admin=("192.168.10.300/24",), extra=[{"from": "10.9.0.0/16", "port": 70000, "proto": "sctp"}])
+    errs = check_firewall(r, "node3")
+    assert any(e.startswith("node3: firewall_admin_cidrs='192.168.10.300/24'") for e in errs)
+    assert "node3: firewall_extra_rules port=70000 is not a TCP/UDP port (valid: 1..65535)" in errs
+    assert "node3: firewall_extra_rules proto='sctp' (valid: tcp, udp, any)" in errs
+
+
+def test_no_ssh_connection_skips_only_the_lockout_check():
+    assert check_firewall(rules(admin=()), "node1", connection=None) == []
