@@ -151,11 +151,11 @@ def firewall_rules(cluster_cidr: str, interface: str, rendezvous_ports: list, re
 
 
 def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, connection: str | None = None,
-                    facts: dict | None = None) -> list[str]:
+                    facts: dict | None = None, members: dict | None = None) -> list[str]:
     """What makes the rule set unsafe (``check_firewall``); ``facts`` are the host's ansible_facts,
-    ``connection`` its SSH_CONNECTION."""
+    ``connection`` its SSH_CONNECTION, ``members`` every node -> data-plane address."""
     return check_firewall(rules, host, bool(allow_world), connection or None,
-                          ansible_facts_addresses(facts) if facts else None)
+                          ansible_facts_addresses(facts) if facts else None, members or None)
 
 
 def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:

@@ -237,6 +237,11 @@ def main() -> None:
     ib_root = os.path.join(sysfs, "class", "infiniband")
     if not ports:
         where = "does not exist" if not os.path.isdir(ib_root) else "has no port with link_layer Ethernet"
+        if p["interfaces"]:
+            # named interfaces are a promise that RoCE is here: a host without it is an error, not a skip
+            module.fail_json(msg=f"{host}: interfaces: {', '.join(repr(b) for b in p['interfaces'])} "
+                                 f"named, but this host has no RoCE port ({ib_root} {where}); "
+                                 "valid here: [] (nothing to configure)", **result)
         module.exit_json(**dict(result, skipped=True, skip_reason=f"no RoCE port: {ib_root} {where}"))
 
     drivers: dict = {}

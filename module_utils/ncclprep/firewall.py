@@ -75,15 +75,18 @@ def allows(rules: list[dict], client: str, port: int, interface: str | None) -> 
 
 
 def check_firewall(rules: list[dict], host: str, allow_world: bool = False, connection: str | None = None,
-                   interfaces: dict | None = None) -> list[str]:
+                   interfaces: dict | None = None, members: dict | None = None) -> list[str]:
     """Errors that must stop the role before any change (empty when the rule set is safe).
 
     ``rules`` come from ``ruleset``; errors name the host, the rule's variable and the value.
     ``connection`` is the node's SSH_CONNECTION ("client_ip client_port server_ip server_port",
     sshd's environment variable) or None when not over SSH; ``interfaces`` maps interface name ->
     its addresses, to find the interface the connection arrives on.
+    ``members`` maps every cluster node -> its data-plane address: the cluster rule must hold them
+    all, or the nodes could not reach each other's NCCL/Gloo ports.
     Rules: every source parses as a CIDR; 0.0.0.0/0 and ::/0 only with ``allow_world``; ports in
-    1..65535; protocols tcp, udp or any; and the controller's connection stays allowed.
+    1..65535; protocols tcp, udp or any; the cluster rule holds every node; and the controller's
+    connection stays allowed.
     """
     errors: list[str] = []
     for rule in rules:
@@ -96,6 +99,15 @@ def check_firewall(rules: list[dict], host: str, allow_world: bool = False, conn
             errors.append(f"{host}: {var} port={rule['port']} is not a TCP/UDP port (valid: 1..65535)")
         if rule["proto"] not in PROTOS:
             errors.append(f"{host}: {var} proto={rule['proto']!r} (valid: {', '.join(PROTOS)})")
+    cluster = next((r for r in rules if r.get("var") == "firewall_cluster_cidr"), None)
+    if members and cluster and not errors:
+        net = parse_cidr(cluster["from"])
+        outside = {h: a for h, a in sorted(members.items())
+                   if a and (ipaddress.ip_address(a).version != net.version or ipaddress.ip_address(a) not in net)}
+        if outside:
+            errors.append(f"{host}: firewall_cluster_cidr={cluster['from']} does not hold the data-plane address of "
+                          + ", ".join(f"{h} ({a})" for h, a in outside.items())
+                          + ": those nodes could not reach the others' NCCL/Gloo ports; use a CIDR holding every node")
     if connection and not errors:
         parts = connection.split()
         if len(parts) == 4:

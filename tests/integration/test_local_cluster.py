@@ -135,11 +135,14 @@ def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster,
     ("nic_mtu_interface=eth9", "node2: nic_mtu_value=4096 on nic_mtu_interface=eth9: the interface does not exist"),
     ('{"firewall_admin_cidrs": ["0.0.0.0/0"]}',
      "node1: firewall_admin_cidrs opens SSH from the admin network to the whole Internet (0.0.0.0/0)"),
+    ("roce_qos_pfc_priority=9", "value of roce_qos_pfc_priority must be one of: 0, 1, 2, 3, 4, 5, 6, 7, got: 9"),
 ])
 def test_bad_input_fails_before_any_change(cluster, extra, message):
     bad = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e", extra], timeout=600)
     assert bad.returncode != 0
     assert message in bad.stdout
+    # refused by the checking play: the provisioning play never started
+    assert "PLAY [Provision the nodes]" not in bad.stdout
     counters = recap(bad.stdout)
     assert {h: counters[h]["changed"] for h in NODES} == {h: 0 for h in NODES}
 

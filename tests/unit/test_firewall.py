@@ -67,3 +67,13 @@ def test_bad_cidr_port_and_proto_name_variable_and_value():
 
 def test_no_ssh_connection_skips_only_the_lockout_check():
     assert check_firewall(rules(admin=()), "node1", connection=None) == []
+
+
+def test_cluster_rule_must_hold_every_node():
+    """Found by a break-it round: a cluster CIDR of 10.0.0.128/25 was accepted for nodes at .11-.13."""
+    r = ruleset("10.0.0.128/25", "eth0", [29400], ["10.0.0.128/25"], ["192.168.10.0/24"])
+    members = {"node1": "10.0.0.11", "node2": "10.0.0.12", "node3": "10.0.0.200"}
+    assert check_firewall(r, "node1", members=members) == [
+        "node1: firewall_cluster_cidr=10.0.0.128/25 does not hold the data-plane address of node1 (10.0.0.11), "
+        "node2 (10.0.0.12): those nodes could not reach the others' NCCL/Gloo ports; use a CIDR holding every node"]
+    assert check_firewall(rules(), "node1", members=members) == []

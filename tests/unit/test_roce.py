@@ -457,6 +457,16 @@ def test_module_rejects_an_interface_that_is_not_a_roce_netdev_before_any_change
     assert host.calls() == []
 
 
+def test_module_rejects_a_named_interface_on_a_host_without_roce(tmp_path):
+    """Found by a break-it round: the host without RoCE used to skip and accept any named interface."""
+    host = Host(tmp_path, roce=False, ib=False)
+    res = host.run(interfaces=["eth0"])
+    assert res["failed"] is True and res.get("skipped") is not True
+    assert res["msg"].endswith(f"interfaces: 'eth0' named, but this host has no RoCE port "
+                               f"({host.sysfs}/class/infiniband does not exist); valid here: [] (nothing to configure)")
+    assert host.calls() == []
+
+
 def test_module_names_the_command_that_ran_past_the_timeout(tmp_path):
     host = Host(tmp_path)
     script = host.bin / "dcb"
