@@ -136,6 +136,11 @@ def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster,
     ('{"firewall_admin_cidrs": ["0.0.0.0/0"]}',
      "node1: firewall_admin_cidrs opens SSH from the admin network to the whole Internet (0.0.0.0/0)"),
     ("roce_qos_pfc_priority=9", "value of roce_qos_pfc_priority must be one of: 0, 1, 2, 3, 4, 5, 6, 7, got: 9"),
+    # found by a break-it round: these three used to pass the checking play
+    ("nic_mtu_persist=ifupdown", "node1: nic_mtu_persist=ifupdown but ifupdown does not define eth0"),
+    ('{"roce_qos_interfaces": ["eth0"]}', "interfaces: 'eth0' named, but this host has no RoCE port"),
+    ("firewall_cluster_cidr=10.77.29.128/25",
+     "node1: firewall_cluster_cidr=10.77.29.128/25 does not hold the data-plane address of node1 (10.77.29.11)"),
 ])
 def test_bad_input_fails_before_any_change(cluster, extra, message):
     bad = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e", extra], timeout=600)
