@@ -24,6 +24,7 @@ from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, 
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
 from ansible.module_utils.ncclprep.firewall import check_firewall, ruleset  # noqa: E402
 from ansible.module_utils.ncclprep.nccl_vars import check_env  # noqa: E402
+from ansible.module_utils.ncclprep.numa import irqs_off, numa_intent  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
     iface_for_cidr,
@@ -153,9 +154,12 @@ def firewall_rules(cluster_cidr: str, interface: str, rendezvous_ports: list, re
 def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, connection: str | None = None,
                     facts: dict | None = None, members: dict | None = None) -> list[str]:
     """What makes the rule set unsafe (``check_firewall``); ``facts`` are the host's ansible_facts,
-    ``connection`` its SSH_CONNECTION, ``members`` every node -> data-plane address."""
+    ``connection`` its SSH_CONNECTION, ``members`` the data_plane_members map (host -> {address, ...})
+    or host -> address; members without an address are left out."""
+    addresses = {h: (m.get("address") if isinstance(m, dict) else m) for h, m in (members or {}).items()}
     return check_firewall(rules, host, bool(allow_world), connection or None,
-                          ansible_facts_addresses(facts) if facts else None, members or None)
+                          ansible_facts_addresses(facts) if facts else None,
+                          {h: a for h, a in addresses.items() if a} or None)
 
 
 def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:
@@ -172,12 +176,50 @@ def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:
     return errors
 
 
+def members(hostvars, hosts: list) -> dict:
+    """The cluster membership map that data_plane publishes once, in inventory order.
+
+    ``hostvars``: Ansible's hostvars (or any mapping host -> vars); ``hosts``: the cluster
+    group's members. Returns ``{host: {"name": host name (gathered), "fqdn", "address"
+    (data-plane address), "interface" (data-plane interface)}}``; values are None where the
+    host's facts or data_plane fact are missing (a host that failed or is unreachable).
+    """
+    out = {}
+    for host in hosts:
+        hv = hostvars.get(host) or {}
+        dp = hv.get("data_plane") or {}
+        facts = hv.get("ansible_facts") or {}
+        out[host] = {"name": facts.get("hostname"), "fqdn": facts.get("fqdn"),
+                     "address": dp.get("address"), "interface": dp.get("interface")}
+    return out
+
+
+def numa_pinning_intent(facts: dict, nproc=None, interface=None, cpus=None, host: str = "?") -> dict:
+    """numa.numa_intent on ``facts`` (ansible_facts.ncclprep.numa_pinning); a ValueError becomes an
+    AnsibleFilterError naming the host and the role variables the values came from."""
+    try:
+        return numa_intent((facts or {}).get("topology") or {}, None if nproc is None else int(nproc),
+                           interface or None, cpus)
+    except (ValueError, TypeError) as exc:
+        raise AnsibleFilterError(
+            f"{host}: {exc} (from numa_pinning_nproc_per_node={nproc!r}, numa_pinning_irq_cpus={cpus!r}, "
+            f"numa_pinning_interface={interface!r})") from None
+
+
+def irqs_to_pin(irq: dict | None, current: dict | None) -> list:
+    """numa.irqs_off: the intended IRQs whose live affinity (``current``) is off their CPUs."""
+    return irqs_off(irq, current or {})
+
+
 class FilterModule:
     """ncclprep filters."""
 
     def filters(self) -> dict:
         return {
             "ncclprep_data_plane": data_plane,
+            "ncclprep_members": members,
+            "ncclprep_numa_pinning_intent": numa_pinning_intent,
+            "ncclprep_irqs_to_pin": irqs_to_pin,
             "ncclprep_sysctl_value": sysctl_value,
             "ncclprep_sysctl_errors": sysctl_errors,
             "ncclprep_nccl_env_check": nccl_env_check,

@@ -27,6 +27,10 @@ options:
   connect_port: {type: int, default: 22, description: TCP port used to prove a resolved address is reachable.}
   torch_python: {type: path, description: Python of the torch venv whose torch and NCCL versions to read.}
   timeout: {type: float, default: 5.0, description: Deadline in seconds for each look-up or connect.}
+  into:
+    type: dict
+    default: {}
+    description: The current C(ansible_facts.ncclprep) (the concerns' facts from concern_facts), returned with these keys added.
 author: ncclprep contributors
 """
 
@@ -49,8 +53,20 @@ ansible_facts:
       description: "hostname, versions{kernel, python, torch, torch_cuda, torch_nccl},
         interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate,
         rx_queues{rx-N: {rps_cpus (CPU list), rps_flow_cnt}}} or null,
-        sysctl{key: {value, writable}}, names[{host, name, expected, addresses, reachable, error}]"
+        sysctl{key: {value, writable}}, names[{host, name, expected, addresses, reachable, error}],
+        hostinfo (below)"
       type: dict
+      contains:
+        hostinfo:
+          description:
+            - "What the node's own tools show, read through module_utils/ncclprep/hostinfo.py and the parsers:
+              C(ib_ports) (ibstat, else ibstatus, else /sys/class/infiniband), C(ibv_devinfo), C(numactl)
+              (numactl -H), C(gpu_topology) (nvidia-smi topo -m), C(ip_links) (ip addr show, text form),
+              C(netplan) (/etc/netplan/*.yaml, judged against the RoCE netdevs)."
+            - "Each is null when the tool (or the files) is not on the node, else C({source, error, data,
+              findings}): C(error) when the tool exited non-zero or ran past its deadline
+              (max(O(timeout), 10) s per command), C(data) the parser's dict, C(findings) its diagnosis."
+          type: dict
 """
 
 import concurrent.futures
@@ -61,6 +77,8 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
+from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
+from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
 from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
 
@@ -189,6 +207,7 @@ def main() -> None:
             connect_port=dict(type="int", default=22),
             torch_python=dict(type="path"),
             timeout=dict(type="float", default=5.0),
+            into=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -229,8 +248,11 @@ def main() -> None:
         "cidr": p["cidr"],
         "sysctl": sysctl,
         "names": resolve(p["names"], p["connect_port"], p["timeout"]),
+        # read-only tools that may be absent (None then); each command under its own deadline
+        "hostinfo": collect_hostinfo(subprocess_runner, module.get_bin_path, max(p["timeout"], 10.0), me),
     }
-    module.exit_json(changed=False, ansible_facts={"ncclprep": facts})
+    # Ansible replaces a top-level fact wholesale: keep what concern_facts read before.
+    module.exit_json(changed=False, ansible_facts={"ncclprep": dict(p["into"] or {}, **facts)})
 
 
 if __name__ == "__main__":

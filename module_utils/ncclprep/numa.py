@@ -254,3 +254,57 @@ def irq_affinity_plan(topology: dict, interface: str, cpus: str, current: dict) 
         if not same:
             plan["change"].append(irq)
     return plan
+
+
+def read_affinity(procfs: str, irqs: list) -> dict:
+    """``{irq: smp_affinity_list text or None}`` from ``<procfs>/irq/<n>/smp_affinity_list``
+    (None where the file is missing or unreadable)."""
+    out = {}
+    for irq in irqs:
+        try:
+            with open(os.path.join(procfs, "irq", str(irq), "smp_affinity_list"), encoding="utf-8") as fh:
+                out[irq] = fh.read().strip()
+        except (OSError, UnicodeDecodeError):
+            out[irq] = None
+    return out
+
+
+def numa_intent(topology: dict, nproc: int | None, interface: str | None, cpus: str | None) -> dict:
+    """The numa_pinning intent from the topology (concern_facts.numa_pinning) and the role's variables.
+
+    ``nproc``: local ranks per node (None: one per GPU, at least 1); ``interface``: the NIC
+    whose IRQs are pinned (None: no IRQ plan); ``cpus``: the CPUs for its IRQs (None: the NIC's
+    local CPUs, else every online CPU). Returns ``{binding (binding_map), binding_text
+    (render_binding), nproc, numa_nodes, gpus (PCI addresses), irq: {interface, cpus, irqs,
+    reason} or None}``. Raises ValueError (from binding_map / irq_affinity_plan) for a bad
+    nproc or CPU list.
+    """
+    n = nproc if nproc is not None else max(1, len(topology.get("gpus") or []))
+    binding = binding_map(topology, n)
+    irq = None
+    if interface:
+        nic = (topology.get("nics") or {}).get(interface) or {}
+        want = cpus if cpus is not None else (nic.get("local_cpulist") or topology.get("online_cpus") or "")
+        plan = irq_affinity_plan(topology, interface, want, {})
+        irq = {k: plan[k] for k in ("interface", "cpus", "irqs", "reason")}
+    return {"binding": binding, "binding_text": render_binding(binding), "nproc": n,
+            "numa_nodes": topology.get("numa_nodes"), "gpus": [g.get("pci") for g in topology.get("gpus") or []],
+            "irq": irq}
+
+
+def irqs_off(irq: dict | None, current: dict) -> list[int]:
+    """IRQs of the intent's ``irq`` plan whose affinity ``current`` ({irq: smp_affinity_list})
+    is not the intended CPU set (missing or unreadable counts as off). Compared as CPU sets."""
+    if not irq or not irq.get("irqs"):
+        return []
+    want = set(parse_cpulist(irq["cpus"]))
+    off = []
+    for n in irq["irqs"]:
+        now = current.get(n, current.get(str(n)))
+        try:
+            same = now is not None and set(parse_cpulist(now)) == want
+        except ValueError:
+            same = False
+        if not same:
+            off.append(n)
+    return off

@@ -2,15 +2,19 @@
 
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
-from ansible.module_utils.ncclprep.numa import binding_map, irq_affinity_plan, read_topology, render_binding
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.ncclprep import concern_facts
+from ansible.module_utils.ncclprep.numa import (
+    binding_map,
+    irq_affinity_plan,
+    irqs_off,
+    numa_intent,
+    read_topology,
+    render_binding,
+)
 from ansible.module_utils.ncclprep.parsers.topo import parse_topo
-
-from ncclprep import REPO_ROOT
 
 # The topo case's rows: GPU0-1 on NUMA 3, GPU2-3 on NUMA 1 (not a function of the GPU index).
 TOPO_NODES = {0: "0-15,128-143", 1: "16-31,144-159", 2: "32-47,160-175", 3: "48-63,176-191"}
@@ -247,41 +251,42 @@ def test_render_binding_is_one_line_per_rank_after_a_header(eight_gpu, tmp_path)
     assert render_binding(container) == "# local_rank numa_node cpus gpu\n0 - 0-7 -\n"
 
 
-def run_module(tmp_path, args):
-    """Run library/numa_topology.py the way Ansible's debug entry point does: an args JSON file as argv[1]."""
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=True)}))
-    module = os.path.join(REPO_ROOT, "library", "numa_topology.py")
-    boot = "import ncclprep, runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-    out = subprocess.run([sys.executable, "-c", boot, module, str(args_file)], capture_output=True, text=True,
-                         timeout=60)
-    return json.loads(out.stdout[out.stdout.index("{"):])
-
-
-def test_module_returns_topology_binding_and_irq_plan(eight_gpu, tmp_path):
+def test_facts_then_intent_give_topology_binding_and_irq_plan(eight_gpu, tmp_path):
     proc = tmp_path / "proc"
     write(str(proc / "irq" / "200" / "smp_affinity_list"), "48-63,176-191\n")
     write(str(proc / "irq" / "201" / "smp_affinity_list"), "0-255\n")
-    res = run_module(tmp_path, {"sysfs_root": eight_gpu, "procfs_root": str(proc), "interface": "ibp12s0"})
-    assert res["changed"] is False and not res.get("failed"), res
-    assert res["nproc_per_node"] == 4  # null -> the number of GPUs
-    assert res["topology"]["numa_nodes"] == {str(k): v for k, v in TOPO_NODES.items()}
-    assert [(e["numa_node"], e["gpu"]) for e in res["binding"]] == [(n, a) for a, n in TOPO_GPUS]
-    assert res["binding_text"].splitlines()[3] == "2 1 16-31,144-159 0000:49:00.0"
-    assert res["irq"] == {"interface": "ibp12s0", "cpus": "48-63,176-191", "irqs": [200, 201], "change": [201],
-                          "reason": None, "current": {"200": "48-63,176-191", "201": "0-255"}}
+    mapfile = tmp_path / "numa-binding"
+    mapfile.write_text("# managed\n# local_rank numa_node cpus gpu\n0 3 48-63 0000:17:00.0\n")
+    facts = concern_facts.numa_pinning("ibp12s0", str(mapfile), sysfs=eight_gpu, procfs=str(proc))
+    assert facts["installed_text"] == "0 3 48-63 0000:17:00.0"
+    assert facts["irq_affinity"] == {200: "48-63,176-191", 201: "0-255"}
+    intent = numa_intent(facts["topology"], None, "ibp12s0", None)
+    assert intent["nproc"] == 4  # null -> the number of GPUs
+    assert intent["numa_nodes"] == {str(k): v for k, v in TOPO_NODES.items()}
+    assert [(e["numa_node"], e["gpu"]) for e in intent["binding"]] == [(n, a) for a, n in TOPO_GPUS]
+    assert intent["binding_text"].splitlines()[3] == "2 1 16-31,144-159 0000:49:00.0"
+    # intent holds no live state: the IRQ off its CPUs is found by comparing with the facts
+    assert intent["irq"] == {"interface": "ibp12s0", "cpus": "48-63,176-191", "irqs": [200, 201], "reason": None}
+    assert irqs_off(intent["irq"], facts["irq_affinity"]) == [201]
+    assert irqs_off(intent["irq"], {"200": "48-63,176-191", "201": "176-191,48-63"}) == []
+    assert irqs_off(intent["irq"], {}) == [200, 201]
 
 
-def test_module_container_and_errors_name_host_option_and_value(tmp_path, eight_gpu):
+def test_container_intent_and_errors_name_host_variable_and_value(tmp_path, eight_gpu):
     sysfs = str(tmp_path / "container")
     write(os.path.join(sysfs, "devices", "system", "cpu", "online"), "0-3\n")
     net(sysfs, "eth0")
-    res = run_module(tmp_path, {"sysfs_root": sysfs, "interface": "eth0"})
-    assert res["changed"] is False and res["nproc_per_node"] == 1
-    assert res["binding"] == [{"local_rank": 0, "numa_node": None, "cpus": "0-3", "gpu": None}]
-    assert res["irq"]["reason"].startswith("no IRQs: eth0 is a virtual interface") and res["irq"]["change"] == []
-    host = socket.gethostname()
-    bad = run_module(tmp_path, {"sysfs_root": eight_gpu, "nproc_per_node": 6})
-    assert bad["failed"] and bad["msg"].startswith(f"{host}: nproc_per_node=6: 6 local ranks but only 4 GPU(s)")
-    bad = run_module(tmp_path, {"sysfs_root": eight_gpu, "interface": "ibp12s0", "cpus": "64-70"})
-    assert bad["failed"] and bad["msg"].startswith(f"{host}: cpus='64-70' (for interface ibp12s0): CPU(s) 64-70")
+    facts = concern_facts.numa_pinning("eth0", str(tmp_path / "absent"), sysfs=sysfs, procfs=str(tmp_path))
+    assert facts["installed_text"] is None and facts["irq_affinity"] == {}
+    intent = numa_intent(facts["topology"], None, "eth0", None)
+    assert intent["nproc"] == 1
+    assert intent["binding"] == [{"local_rank": 0, "numa_node": None, "cpus": "0-3", "gpu": None}]
+    assert intent["irq"]["reason"].startswith("no IRQs: eth0 is a virtual interface")
+    assert irqs_off(intent["irq"], {}) == []
+    from filter_plugins.ncclprep import numa_pinning_intent
+    gpu_facts = concern_facts.numa_pinning("ibp12s0", str(tmp_path / "absent"), sysfs=eight_gpu, procfs=str(tmp_path))
+    with pytest.raises(AnsibleFilterError, match=r"^node7: 6 local ranks but only 4 GPU\(s\).*"
+                                                  r"numa_pinning_nproc_per_node=6"):
+        numa_pinning_intent(gpu_facts, 6, "ibp12s0", None, "node7")
+    with pytest.raises(AnsibleFilterError, match=r"^node7: CPU\(s\) 64-70 .*numa_pinning_irq_cpus='64-70'"):
+        numa_pinning_intent(gpu_facts, None, "ibp12s0", "64-70", "node7")

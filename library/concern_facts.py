@@ -1,0 +1,103 @@
+#!/usr/bin/python
+# Copyright: ncclprep contributors
+# Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: concern_facts
+short_description: Read one concern's live state off a node into ansible_facts.ncclprep.<concern> (read-only)
+description:
+  - The facts half of "intent apart from facts": each role's C(tasks/facts.yml) calls this module,
+    its C(tasks/intent.yml) computes the desired state from variables and these facts only, and
+    validate.yml's check compares the two.
+  - Ansible replaces a top-level fact wholesale, so the caller passes the current
+    C(ansible_facts.ncclprep) in O(into) and gets it back with O(concern) added or replaced.
+  - Never changes anything; runs in check mode too and always returns C(changed=false). Every
+    command has a deadline (O(timeout)).
+options:
+  concern:
+    type: str
+    required: true
+    choices: [nic_mtu, rps_rfs, numa_pinning, firewall, ssh_trust, nccl_env]
+    description: Which concern's state to read (module_utils/ncclprep/concern_facts.py has one reader each).
+  into: {type: dict, default: {}, description: The current ansible_facts.ncclprep to add the concern to.}
+  interface: {type: str, description: "Interface (nic_mtu, rps_rfs, numa_pinning: whose queues, MTU or IRQs)."}
+  map_file: {type: path, description: numa_pinning's installed binding map to read.}
+  backend: {type: str, default: auto, description: "firewall: firewall_backend (auto, ufw, nftables)."}
+  user: {type: str, default: root, description: "ssh_trust: the account whose home holds the cluster key."}
+  timeout: {type: float, default: 10.0, description: Deadline in seconds for each command.}
+author: ncclprep contributors
+"""
+
+EXAMPLES = r"""
+- name: Read the firewall state
+  concern_facts:
+    concern: firewall
+    backend: "{{ firewall_backend }}"
+    into: "{{ ansible_facts.ncclprep | default({}) }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: "C(ncclprep): O(into) with C(<concern>) set to the reader's result (see
+    module_utils/ncclprep/concern_facts.py for each shape)."
+  returned: always
+  type: dict
+"""
+
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ncclprep import concern_facts as readers
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            concern=dict(type="str", required=True,
+                         choices=["nic_mtu", "rps_rfs", "numa_pinning", "firewall", "ssh_trust", "nccl_env"]),
+            into=dict(type="dict", default={}),
+            interface=dict(type="str"),
+            map_file=dict(type="path"),
+            backend=dict(type="str", default="auto"),
+            user=dict(type="str", default="root"),
+            timeout=dict(type="float", default=10.0),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    me = socket.gethostname()
+
+    def run(argv: list, timeout: float) -> tuple:
+        rc, out, err = module.run_command(["timeout", str(max(1, int(timeout)))] + argv)
+        if rc == 124:
+            err = f"{' '.join(argv)} did not finish within {timeout:.0f} s"
+        return rc, out, err
+
+    concern = p["concern"]
+    try:
+        if concern == "nic_mtu":
+            value = readers.nic_mtu(run, p["interface"], p["timeout"])
+        elif concern == "rps_rfs":
+            value = readers.rps_rfs(p["interface"])
+        elif concern == "numa_pinning":
+            if not p["map_file"]:
+                module.fail_json(msg=f"{me}: concern=numa_pinning needs map_file")
+            value = readers.numa_pinning(p["interface"], p["map_file"])
+        elif concern == "firewall":
+            value = readers.firewall(run, p["backend"], p["timeout"])
+        elif concern == "ssh_trust":
+            value = readers.ssh_trust(p["user"])
+        else:
+            value = readers.nccl_env()
+    except ValueError as exc:
+        module.fail_json(msg=f"{me}: {concern}: {exc}")
+    facts = dict(p["into"] or {})
+    facts[concern] = value
+    module.exit_json(changed=False, ansible_facts={"ncclprep": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The registry of concerns (playbooks/vars/concerns.yml) agrees with roles/, and it is the
+only list of them; intent.yml files read no live state."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+import ncclprep
+
+REPO = ncclprep.REPO_ROOT
+REGISTRY = os.path.join(REPO, "playbooks", "vars", "concerns.yml")
+# Roles that are not concerns: the membership every concern reads, the preflight that
+# checks them, and a task helper the roles share.
+NOT_CONCERNS = {"data_plane": "the cluster membership and data-plane interface every concern reads",
+                "preflight": "validate.yml's role: loops over the registry",
+                "boot_unit": "shared task helper (the boot-time unit of rps_rfs, numa_pinning, roce_qos)"}
+FIELDS = {"name", "switch", "data_plane", "facts", "tag"}
+# What an intent.yml may do: compute from variables and facts already read. No module
+# that reads the node (command, stat, slurp, find, getent, a custom facts module ...).
+PURE = {"ansible.builtin.set_fact", "ansible.builtin.assert", "ansible.builtin.debug",
+        "ansible.builtin.import_tasks", "ansible.builtin.include_tasks"}
+TASK_KEYS = {"name", "vars", "when", "tags", "loop", "loop_control", "run_once", "register", "no_log",
+             "changed_when", "failed_when", "check_mode", "delegate_to", "become", "block", "rescue", "always"}
+
+
+def load(path: str):
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+CONCERNS = load(REGISTRY)["ncclprep_concerns"]
+NAMES = [c["name"] for c in CONCERNS]
+
+
+def role_dirs() -> list[str]:
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "roles", "*"))
+                  if os.path.isdir(os.path.join(p, "tasks")))
+
+
+def test_every_entry_has_exactly_the_registry_fields_and_unique_names_and_tags():
+    for c in CONCERNS:
+        assert set(c) == FIELDS, c
+        assert isinstance(c["data_plane"], bool) and isinstance(c["facts"], bool), c
+    assert len(set(NAMES)) == len(NAMES)
+    assert len({c["tag"] for c in CONCERNS}) == len(CONCERNS)
+
+
+def test_every_role_is_a_concern_or_named_as_not_one():
+    assert sorted(set(role_dirs()) - set(NOT_CONCERNS)) == sorted(NAMES)
+    assert set(NOT_CONCERNS) <= set(role_dirs())
+
+
+@pytest.mark.parametrize("concern", CONCERNS, ids=NAMES)
+def test_each_concern_role_has_its_files(concern):
+    role = os.path.join(REPO, "roles", concern["name"])
+    for rel in ("tasks/main.yml", "tasks/validate.yml", "tasks/intent.yml", "meta/argument_specs.yml",
+                "defaults/main.yml"):
+        assert os.path.isfile(os.path.join(role, rel)), f"{concern['name']}: {rel} missing"
+    assert os.path.isfile(os.path.join(role, "tasks", "facts.yml")) == concern["facts"], \
+        f"{concern['name']}: facts: {concern['facts']} but tasks/facts.yml " \
+        f"{'missing' if concern['facts'] else 'exists'}"
+
+
+@pytest.mark.parametrize("concern", [c for c in CONCERNS if c["switch"]], ids=lambda c: c["name"])
+def test_a_switch_is_a_documented_boolean_of_its_role(concern):
+    role = os.path.join(REPO, "roles", concern["name"])
+    assert load(os.path.join(role, "defaults", "main.yml"))[concern["switch"]] is True
+    spec = load(os.path.join(role, "meta", "argument_specs.yml"))["argument_specs"]["main"]["options"]
+    assert spec[concern["switch"]]["type"] == "bool"
+
+
+def _tasks(items):
+    for task in items or []:
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from _tasks(task.get(key))
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "roles", "*", "tasks", "intent.yml"))),
+                         ids=lambda p: p.split(os.sep)[-3])
+def test_intent_reads_no_live_state(path):
+    for task in _tasks(load(path)):
+        modules = [k for k in task if k not in TASK_KEYS]
+        if "block" in task:
+            continue
+        assert modules and set(modules) <= PURE, f"{path}: task {task.get('name')!r} uses {modules}"
+        text = yaml.safe_dump(task)
+        assert "lookup(" not in text and "query(" not in text, f"{path}: {task.get('name')!r} uses a lookup"
+
+
+def test_intent_purity_check_catches_a_node_read(tmp_path):
+    bad = tmp_path / "intent.yml"
+    bad.write_text("- name: Read a file\n  ansible.builtin.slurp: {src: /etc/hosts}\n  register: x\n")
+    with pytest.raises(AssertionError, match="slurp"):
+        test_intent_reads_no_live_state(str(bad))
+
+
+def test_no_second_place_lists_the_concerns():
+    """Outside the registry, no playbook, task file or script names three or more concerns
+    (a list of roles); role READMEs, Molecule scenarios and tests may mention them."""
+    files = subprocess.run(["git", "ls-files", "playbooks", "roles", "site.yml", "validate.yml", "scripts",
+                            "src", "library", "filter_plugins", "module_utils", ".config"],
+                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    offenders = {}
+    for rel in files:
+        if rel == "playbooks/vars/concerns.yml" or rel.endswith(".md") or "/molecule/" in rel:
+            continue
+        path = os.path.join(REPO, rel)
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        named = [n for n in NAMES if re.search(rf"(?<![\w/]){n}(?![\w])", text) and
+                 re.search(rf"\b(role|name):\s*{n}\b|^\s*-\s*{n}\s*$|[\[,]\s*{n}\s*[\],]", text, re.M)]
+        if len(named) >= 3:
+            offenders[rel] = named
+    assert offenders == {}
