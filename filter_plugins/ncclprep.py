@@ -30,6 +30,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     iface_for_cidr,
     parse_cidr,
 )
+from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
 from ansible.module_utils.ncclprep.sysctl import check_value, normalize  # noqa: E402
 # isort: on
 
@@ -211,6 +212,25 @@ def irqs_to_pin(irq: dict | None, current: dict | None) -> list:
     return irqs_off(irq, current or {})
 
 
+def ssh_targets(members: dict, me: str, alive: list, limit=None, seed: str = "") -> list[dict]:
+    """ssh_mesh targets for ``me``: ``[{host, name}]``, by inventory name then data-plane address,
+    for the peers sshmesh.peer_order gives (rounds over data_plane_members, at most ``limit``
+    peers), left out the peers not in ``alive`` (the play's live hosts)."""
+    try:
+        peers = peer_order(list(members), me, None if limit is None else int(limit), seed)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{me}: preflight_ssh_peers={limit!r}: {exc}") from None
+    out = []
+    for host in peers:
+        if host not in alive:
+            continue
+        out.append({"host": host, "name": host})
+        address = (members.get(host) or {}).get("address")
+        if address:
+            out.append({"host": host, "name": address})
+    return out
+
+
 class FilterModule:
     """ncclprep filters."""
 
@@ -218,6 +238,7 @@ class FilterModule:
         return {
             "ncclprep_data_plane": data_plane,
             "ncclprep_members": members,
+            "ncclprep_ssh_targets": ssh_targets,
             "ncclprep_numa_pinning_intent": numa_pinning_intent,
             "ncclprep_irqs_to_pin": irqs_to_pin,
             "ncclprep_sysctl_value": sysctl_value,

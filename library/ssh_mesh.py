@@ -10,8 +10,12 @@ module: ssh_mesh
 short_description: SSH from this node to every peer with host keys checked and no prompt (read-only)
 description:
   - Runs the system ssh client to each target, as mpirun or pdsh would, with C(BatchMode=yes) (never
-    prompt) and C(StrictHostKeyChecking=yes) (an unknown or changed host key fails), all targets at
-    once, each under a deadline.
+    prompt) and C(StrictHostKeyChecking=yes) (an unknown or changed host key fails), each under a
+    deadline.
+  - Targets are taken in the order given (the caller orders them in rounds, sshmesh.peer_order, so
+    every node is the target of about one login per round), O(parallel) hosts at once, the names of
+    one host one after the other; a reset before the key exchange (sshd's MaxStartups under a burst)
+    is retried O(retries) times after a short random pause.
   - Each result says why a login failed (host key unknown or changed, key refused, name not
     resolved, timeout, refused) from OpenSSH's own messages.
   - Never changes anything; runs in check mode too and always returns C(changed=false).
@@ -28,7 +32,12 @@ options:
   timeout:
     type: float
     default: 15.0
-    description: Deadline in seconds for each login (the connect timeout is a third of it).
+    description: Deadline in seconds for each login, retries included (the connect timeout is a third of it).
+  parallel: {type: int, default: 4, description: Hosts logged in to at once.}
+  retries:
+    type: int
+    default: 2
+    description: Retries of a login the peer reset before the key exchange (sshd's MaxStartups).
 author: ncclprep contributors
 """
 
@@ -41,7 +50,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 results:
-  description: "Per target: {host, name, ok, cause (null, host_key_unknown, host_key_changed, auth_denied,
+  description: "Per target: {host, name, attempts, ok, cause (null, host_key_unknown, host_key_changed, auth_denied,
     unresolved, timeout, refused, unreachable, deadline, error), explanation, stderr, seconds}."
   returned: always
   type: list
@@ -49,25 +58,55 @@ results:
 """
 
 import concurrent.futures
+import random
 import socket
 import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.sshmesh import classify, ssh_argv
+from ansible.module_utils.ncclprep.sshmesh import classify, is_reset, ssh_argv
 
 
 def attempt(target: dict, p: dict) -> dict:
+    """One login; a reset before the key exchange (sshd's MaxStartups) is retried up to
+    p["retries"] times after a short random pause, inside the same deadline."""
     argv = ssh_argv(target["name"], p["user"], p["identity"], p["port"], max(1, int(p["timeout"] / 3)),
                     p["known_hosts"])
     start = time.monotonic()
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=p["timeout"])
-        rc, stderr = proc.returncode, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-    return dict(host=target.get("host"), name=target["name"], stderr=stderr.strip()[-2000:],
+    tries = 0
+    while True:
+        tries += 1
+        left = p["timeout"] - (time.monotonic() - start)
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=max(1.0, left))
+            rc, stderr = proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        if rc in (0, None) or not is_reset(stderr) or tries > p["retries"] \
+                or time.monotonic() - start > p["timeout"] / 2:
+            break
+        time.sleep(random.uniform(0.2, 1.0) * tries)
+    return dict(host=target.get("host"), name=target["name"], stderr=stderr.strip()[-2000:], attempts=tries,
                 seconds=round(time.monotonic() - start, 3), **classify(rc, stderr))
+
+
+def run_in_rounds(targets: list, p: dict) -> list:
+    """Log in to the targets' hosts in the order given (peer_order's rounds), at most
+    p["parallel"] hosts at once, the names of one host one after the other; results in
+    the targets' order."""
+    by_host: dict = {}
+    for i, t in enumerate(targets):
+        by_host.setdefault(t.get("host") or t["name"], []).append((i, t))
+    results: list = [None] * len(targets)
+
+    def one_host(items):
+        for i, t in items:
+            results[i] = attempt(t, p)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(p["parallel"], len(by_host) or 1))) as pool:
+        list(pool.map(one_host, by_host.values()))
+    return results
 
 
 def main() -> None:
@@ -79,6 +118,8 @@ def main() -> None:
             port=dict(type="int", default=22),
             known_hosts=dict(type="path"),
             timeout=dict(type="float", default=15.0),
+            parallel=dict(type="int", default=4),
+            retries=dict(type="int", default=2),
         ),
         supports_check_mode=True,
     )
@@ -89,9 +130,10 @@ def main() -> None:
             module.fail_json(msg=f"{me}: targets: entry {t!r} has no name (valid: {{host, name}})")
     if module.get_bin_path("ssh") is None:
         module.fail_json(msg=f"{me}: no ssh client on PATH (openssh-client)")
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, max(1, len(p["targets"])))) as pool:
-        results = list(pool.map(lambda t: attempt(t, p), p["targets"]))
-    module.exit_json(changed=False, results=results)
+    if p["parallel"] < 1 or p["retries"] < 0:
+        module.fail_json(msg=f"{me}: parallel={p['parallel']}, retries={p['retries']}: valid: parallel >= 1, "
+                             "retries >= 0")
+    module.exit_json(changed=False, results=run_in_rounds(p["targets"], p))
 
 
 if __name__ == "__main__":

@@ -55,3 +55,43 @@ def ssh_argv(target: str, user: str | None = None, identity: str | None = None, 
     if user:
         argv += ["-l", user]
     return argv + [target, "true"]
+
+
+# sshd drops unauthenticated connections beyond MaxStartups (default 10:30:100: from 10
+# pending, 30 % are dropped) with a reset before the key exchange; ssh then prints one of these.
+_RESET = re.compile(r"Connection reset by peer|kex_exchange_identification|Connection closed by remote host")
+
+
+def is_reset(stderr: str) -> bool:
+    """True when ssh's error is the peer closing before the key exchange (sshd's MaxStartups
+    limit under a burst of logins), which a retry after a short pause clears."""
+    return bool(_RESET.search(stderr or ""))
+
+
+def peer_order(hosts: list[str], me: str, limit: int | None = None, seed: str = "") -> list[str]:
+    """The peers ``me`` logs in to, in rounds that spread the logins over the targets.
+
+    ``hosts``: every member, in one order all nodes share (data_plane_members). Round r sends
+    every node to the node r places after it (circle offsets), so within one round every node
+    is the target of exactly one other: with nodes in step, a target sees about as many
+    logins at once as each node runs in parallel, far below sshd's MaxStartups. ``limit``:
+    at most that many peers (a sample at scale): the ring neighbours (offsets 1 and n-1) first,
+    then offsets drawn from a generator seeded with ``seed`` (the same on every node, so every
+    round stays a permutation). None or >= n-1: every peer. Raises ValueError when ``me`` is
+    not in ``hosts`` or ``limit`` < 1.
+    """
+    import random
+
+    if me not in hosts:
+        raise ValueError(f"{me!r} is not one of the {len(hosts)} members")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit={limit}: valid: null (every peer) or >= 1")
+    n = len(hosts)
+    if limit is None or limit >= n - 1:
+        offsets = list(range(1, n))
+    else:
+        ring = [1] if n == 2 else [1, n - 1]
+        extra = max(0, limit - len(ring))
+        offsets = (ring + random.Random(f"{seed}:{n}").sample(range(2, n - 1), min(extra, max(0, n - 3))))[:limit]
+    i = hosts.index(me)
+    return [hosts[(i + o) % n] for o in offsets]

@@ -1,7 +1,13 @@
 """ssh outcomes read from OpenSSH's own messages, and the argv of a check."""
 
+import os
+import subprocess
+import time
+
 import pytest
-from ansible.module_utils.ncclprep.sshmesh import classify, ssh_argv
+from ansible.module_utils.ncclprep.sshmesh import classify, is_reset, peer_order, ssh_argv
+
+import ncclprep
 
 
 @pytest.mark.parametrize("stderr,cause", [
@@ -32,3 +38,85 @@ def test_argv_never_prompts_and_checks_host_keys():
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
     assert "StrictHostKeyChecking=yes" in argv and "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts" in argv
     assert argv[-2:] == ["node2", "true"] and argv[argv.index("-i") + 1] == "/root/.ssh/id_ed25519_ncclprep"
+
+
+# --- logins in rounds (the 8-node MaxStartups defect: every node logged in to every other at once)
+
+def _hosts(n):
+    return [f"node{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 64, 512, 4096])
+def test_every_round_is_a_permutation_so_each_target_gets_one_login_per_round(n):
+    hosts = _hosts(n)
+    limit = None if n <= 64 else 32
+    orders = {h: peer_order(hosts, h, limit, seed="run-1") for h in hosts}
+    rounds = len(orders[hosts[0]])
+    assert rounds == (n - 1 if limit is None else min(limit, n - 1))
+    for r in range(rounds):
+        targets = [orders[h][r] for h in hosts]
+        assert sorted(targets) == sorted(hosts)  # every node the target of exactly one login
+        assert all(orders[h][r] != h for h in hosts)
+
+
+def test_small_clusters_log_in_to_every_peer_and_large_ones_to_a_sample_with_the_ring():
+    hosts = _hosts(8)
+    assert sorted(peer_order(hosts, "node3")) == sorted(set(hosts) - {"node3"})
+    big = _hosts(1000)
+    sample = peer_order(big, "node10", limit=16, seed="s")
+    assert len(sample) == len(set(sample)) == 16 and sample[:2] == ["node11", "node9"]
+    assert peer_order(big, "node10", limit=16, seed="s") == sample  # the same on every call with one seed
+    assert peer_order(big, "node10", limit=16, seed="t")[2:] != sample[2:]
+
+
+def test_peer_order_rejects_a_stranger_and_a_bad_limit():
+    with pytest.raises(ValueError, match="'node9' is not one of the 3 members"):
+        peer_order(_hosts(3), "node9")
+    with pytest.raises(ValueError, match="limit=0"):
+        peer_order(_hosts(3), "node0", 0)
+
+
+@pytest.mark.parametrize("stderr", ["kex_exchange_identification: read: Connection reset by peer",
+                                    "Connection closed by remote host",
+                                    "ssh_exchange_identification: Connection closed by remote host"])
+def test_a_reset_before_the_key_exchange_is_retried(stderr):
+    assert is_reset(stderr)
+
+
+def test_real_failures_are_not_retried():
+    assert not is_reset("Permission denied (publickey).")
+    assert not is_reset("Host key verification failed.")
+
+
+def test_ssh_mesh_retries_a_reset_and_bounds_the_hosts_at_once(monkeypatch):
+    import importlib.util
+    import threading
+
+    spec = importlib.util.spec_from_file_location("ssh_mesh_mod", os.path.join(ncclprep.REPO_ROOT, "library",
+                                                                                "ssh_mesh.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    calls, active, peak, lock = {}, [0], [0], threading.Lock()
+
+    def fake_run(argv, **kw):
+        target = argv[-2]
+        with lock:
+            calls[target] = calls.get(target, 0) + 1
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.02)
+        with lock:
+            active[0] -= 1
+        first = calls[target] == 1
+        err = "kex_exchange_identification: read: Connection reset by peer" if first and target == "b" else ""
+        return subprocess.CompletedProcess(argv, 255 if err else 0, "", err)
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    monkeypatch.setattr(mod.time, "sleep", lambda s: None)
+    p = {"user": None, "identity": None, "port": 22, "known_hosts": None, "timeout": 15.0, "parallel": 2,
+         "retries": 2}
+    targets = [{"host": h, "name": h} for h in "abcdef"]
+    res = mod.run_in_rounds(targets, p)
+    assert [r["name"] for r in res] == list("abcdef") and all(r["ok"] for r in res)
+    assert res[1]["attempts"] == 2 and res[0]["attempts"] == 1
+    assert peak[0] <= 2
