@@ -10,7 +10,7 @@ module: cluster_report
 short_description: Turn every host's facts and probe results into checks and report files
 description:
   - Runs on the controller (C(delegate_to: localhost), C(run_once)).
-  - Evaluates the cluster checks (see module_utils/ncclprep/checks.py), writes
+  - Evaluates the cluster checks (the registry of module_utils/ncclprep/checks/), writes
     C(<dest>/<UTC timestamp>/cluster.json), C(hosts/<host>.json) and C(summary.md), and
     points C(<dest>/latest) at the run.
   - Returns the overall status; the playbook fails the run when it is FAIL.
@@ -20,7 +20,11 @@ options:
   records:
     type: dict
     required: true
-    description: "host -> {facts, intent, probe, smoke}; a host with no facts is reported unreachable."
+    description:
+      - "host -> HostRecord (module_utils/ncclprep/checks/model.py): {alive, facts, intent, ssh, probe, smoke},
+        with intent keyed by concern name (playbooks/vars/concerns.yml); built by the filter
+        ncclprep_host_records."
+      - A host of O(hosts) with no record or no facts is reported unreachable (C(host.reachable) FAIL).
   min_busbw_gbps: {type: float, description: "busbw floor in GB/s at the largest size; null: no floor."}
 author: ncclprep contributors
 """
@@ -30,7 +34,8 @@ EXAMPLES = r"""
   cluster_report:
     dest: "{{ playbook_dir }}/../reports"
     hosts: "{{ ansible_play_hosts_all }}"
-    records: "{{ records }}"
+    records: "{{ hostvars | ncclprep_host_records(ansible_play_hosts_all, ansible_play_hosts,
+                                                    ncclprep_concerns | map(attribute='name') | list) }}"
   delegate_to: localhost
   run_once: true
 """

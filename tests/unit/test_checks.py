@@ -5,7 +5,8 @@ import os
 
 import pytest
 import yaml
-from ansible.module_utils.ncclprep.checks import evaluate, make_check, overall
+from ansible.module_utils.ncclprep import checks as checks_pkg
+from ansible.module_utils.ncclprep.checks import evaluate, make_check, overall, verdict
 from ansible.module_utils.ncclprep.sysctl import parse_sysctl_a
 
 import ncclprep
@@ -13,6 +14,16 @@ import ncclprep
 HOSTS = ["node1", "node2", "node3"]
 INTENT = {"net.core.somaxconn": 65535, "net.ipv4.tcp_rmem": "4096 131072 268435456",
           "net.core.netdev_budget": 600}
+with open(os.path.join(ncclprep.REPO_ROOT, "playbooks/vars/concerns.yml")) as _fh:
+    CONCERNS = [c["name"] for c in yaml.safe_load(_fh)["ncclprep_concerns"]]
+NCCL_ENV = {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
+
+
+def intent(**given):
+    """A record's intent as report.yml builds it: one key per concern, None where not given."""
+    unknown = set(given) - set(CONCERNS)
+    assert not unknown, f"not concerns of concerns.yml: {unknown}"
+    return {name: given.get(name) for name in CONCERNS}
 
 
 def _row(op, size, t, busbw, wrong=0):
@@ -28,13 +39,18 @@ def healthy():
                 "hostname": h,
                 "versions": {"torch": "2.13.0+cpu"},
                 "data_plane": {"interface": "eth0", "address": f"10.0.0.{i + 1}", "mtu": 1500, "operstate": "up"},
+                "interfaces": {"lo": {"mtu": 65536, "operstate": "unknown", "addresses": ["127.0.0.1/8"]},
+                               "eth0": {"mtu": 1500, "operstate": "up", "addresses": [f"10.0.0.{i + 1}/24"]}},
                 "sysctl": {"net.core.somaxconn": {"value": "65535", "writable": True},
                            "net.ipv4.tcp_rmem": {"value": "4096 131072 268435456", "writable": True},
                            "net.core.netdev_budget": {"value": None, "writable": False}},
                 "names": [{"host": o, "name": o, "expected": f"10.0.0.{j + 1}", "addresses": [f"10.0.0.{j + 1}"],
                            "reachable": True, "error": None} for j, o in enumerate(HOSTS)],
             },
-            "intent": {"sysctl": dict(INTENT), "torch_version": "2.13.0", "mtu": None},
+            "alive": True,
+            "intent": intent(sysctl_tuning=dict(INTENT), torch_runtime={"version": "2.13.0"},
+                             nccl_env=dict(NCCL_ENV)),
+            "ssh": None,
             "probe": {"status": "PASS", "rank": i, "stage": "done", "missing_ranks": [], "missing_hosts": [],
                       "results": [_row("all_reduce", 4092, 100.0 + i, 0.05),
                                   _row("all_reduce", 16777212, 29000.0 + i * 100, 0.76 - i * 0.01),
@@ -89,7 +105,7 @@ def test_untuned_host_case_fails_every_undersized_key(case):
     with open(os.path.join(ncclprep.REPO_ROOT, "roles/sysctl_tuning/defaults/main.yml")) as fh:
         intent = yaml.safe_load(fh)["sysctl_tuning_settings"]
     rec = healthy()
-    rec["node1"]["intent"]["sysctl"] = intent
+    rec["node1"]["intent"]["sysctl_tuning"] = intent
     rec["node1"]["facts"]["sysctl"] = {k: {"value": values.get(k), "writable": k in values} for k in intent}
     checks = [c for c in evaluate({"node1": rec["node1"]}, ["node1"]) if c["id"].startswith("sysctl.")]
     failed = sorted(c["id"][len("sysctl."):] for c in checks if c["status"] == "FAIL")
@@ -175,7 +191,8 @@ def test_mtu_outlier_and_missing_interface_are_named():
     assert ids["data_plane.interface"]["status"] == "FAIL"
     assert ids["data_plane.interface"]["hosts"] == ["node2"]
     # node1 1500 vs node3 9000: tie -> the intended MTU decides when set
-    rec["node1"]["intent"]["mtu"] = rec["node3"]["intent"]["mtu"] = rec["node2"]["intent"]["mtu"] = 1500
+    for h in HOSTS:
+        rec[h]["intent"]["nic_mtu"] = {"interface": "eth0", "mtu": 1500}
     assert by_id(evaluate(rec, HOSTS))["data_plane.mtu"]["hosts"] == ["node3"]
 
 
@@ -265,7 +282,7 @@ def _numa(installed="0 0 0-31 -", irq=None):
 def test_numa_map_and_virtual_nic_pass_and_skip():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["numa"] = _numa()
+        recs[h]["intent"]["numa_pinning"] = _numa()
     ids = by_id(evaluate(recs, HOSTS))
     assert ids["numa.binding"]["status"] == "PASS"
     assert ids["numa.binding"]["measured"] == {"node1": 1, "node2": 1, "node3": 1}
@@ -276,13 +293,13 @@ def test_numa_map_and_virtual_nic_pass_and_skip():
 def test_numa_stale_map_and_unpinned_irqs_name_the_host():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["numa"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120, 121],
+        recs[h]["intent"]["numa_pinning"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120, 121],
                                                "change": [], "reason": None,
                                                "current": {"120": "0-31", "121": "0-31"}})
     # node2: map installed for another topology; node3: never installed; node1: irqbalance moved IRQ 121
-    recs["node2"]["intent"]["numa"]["installed_text"] = "0 1 32-63 -"
-    recs["node3"]["intent"]["numa"]["installed_text"] = None
-    recs["node1"]["intent"]["numa"]["irq"].update(change=[121], current={"120": "0-31", "121": "40"})
+    recs["node2"]["intent"]["numa_pinning"]["installed_text"] = "0 1 32-63 -"
+    recs["node3"]["intent"]["numa_pinning"]["installed_text"] = None
+    recs["node1"]["intent"]["numa_pinning"]["irq"].update(change=[121], current={"120": "0-31", "121": "40"})
     checks = evaluate(recs, HOSTS)
     ids = by_id(checks)
     assert ids["numa.binding"]["status"] == "FAIL"
@@ -298,7 +315,7 @@ def test_numa_stale_map_and_unpinned_irqs_name_the_host():
 def test_numa_pinned_irqs_pass():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["numa"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120],
+        recs[h]["intent"]["numa_pinning"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120],
                                                "change": [], "reason": None, "current": {"120": "0-31"}})
     assert by_id(evaluate(recs, HOSTS))["numa.irq_affinity"]["status"] == "PASS"
 
@@ -313,7 +330,7 @@ def _roce(changes=None, skipped=False):
 def test_roce_skipped_everywhere_is_skip_with_reason():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["roce"] = _roce(skipped=True)
+        recs[h]["intent"]["roce_qos"] = _roce(skipped=True)
     check = by_id(evaluate(recs, HOSTS))["roce.qos"]
     assert check["status"] == "SKIP"
     assert check["message"] == "not applicable: no RoCE port: /sys/class/infiniband does not exist"
@@ -322,9 +339,10 @@ def test_roce_skipped_everywhere_is_skip_with_reason():
 def test_roce_pending_change_fails_naming_host_and_netdev():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["roce"] = _roce()
-    recs["node2"]["intent"]["roce"]["changes"] = {"ens1np0": [{"what": "pfc", "from": {"3": False}, "to": {"3": True}},
-                                                              {"what": "trust", "from": "pcp", "to": "dscp"}]}
+        recs[h]["intent"]["roce_qos"] = _roce()
+    recs["node2"]["intent"]["roce_qos"]["changes"] = {
+        "ens1np0": [{"what": "pfc", "from": {"3": False}, "to": {"3": True}},
+                    {"what": "trust", "from": "pcp", "to": "dscp"}]}
     check = by_id(evaluate(recs, HOSTS))["roce.qos"]
     assert check["status"] == "FAIL"
     assert check["hosts"] == ["node2"]
@@ -334,7 +352,7 @@ def test_roce_pending_change_fails_naming_host_and_netdev():
 def test_roce_managed_hosts_pass_and_name_hosts_without_roce():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["roce"] = _roce(skipped=(h == "node3"))
+        recs[h]["intent"]["roce_qos"] = _roce(skipped=(h == "node3"))
     check = by_id(evaluate(recs, HOSTS))["roce.qos"]
     assert check["status"] == "PASS"
     assert check["measured"] == {"node1": ["ens1np0"], "node2": ["ens1np0"]}
@@ -422,3 +440,105 @@ def test_ssh_mesh_names_the_failing_link_and_leaves_a_dead_host_to_reachable():
     checks = by_id(evaluate(recs, HOSTS))
     assert checks["ssh.trust"]["status"] == "PASS" and checks["ssh.trust"]["measured"] == {"logins": 4}
     assert checks["host.reachable"]["hosts"] == ["node3"]
+
+
+# ---------------------------------------------------------------- nccl_env
+
+def test_nccl_env_on_the_data_plane_interface_passes():
+    c = by_id(evaluate(healthy(), HOSTS))["nccl_env.ifname"]
+    assert c["status"] == "PASS"
+    assert c["measured"]["node1"] == {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+
+
+def test_nccl_env_naming_another_interface_or_a_wide_prefix_names_the_host_and_variable():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["facts"]["interfaces"]["eth1"] = {"mtu": 1500, "operstate": "up", "addresses": ["192.168.9.2/24"]}
+    rec["node2"]["intent"]["nccl_env"]["NCCL_SOCKET_IFNAME"] = "=eth1"
+    rec["node3"]["intent"]["nccl_env"]["GLOO_SOCKET_IFNAME"] = "eth0,eth1"
+    c = by_id(evaluate(rec, HOSTS))["nccl_env.ifname"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2", "node3"]
+    assert c["measured"] == {
+        "node2": ["NCCL_SOCKET_IFNAME==eth1 does not select the data-plane interface eth0 (selects eth1)"],
+        "node3": ["GLOO_SOCKET_IFNAME=eth0,eth1 also selects eth1, not only the data-plane interface eth0"]}
+    assert "role nccl_env" in c["remediation"] and c["remediation"].endswith("on node2, node3")
+
+
+def test_nccl_env_unset_interface_is_a_problem_only_beside_another_nic():
+    rec = healthy()
+    for h in HOSTS:
+        del rec[h]["intent"]["nccl_env"]["GLOO_SOCKET_IFNAME"]
+    assert by_id(evaluate(rec, HOSTS))["nccl_env.ifname"]["status"] == "PASS"  # eth0 is the only choice
+    rec["node1"]["facts"]["interfaces"]["docker0"] = {"mtu": 1500, "operstate": "up", "addresses": ["172.17.0.1/16"]}
+    c = by_id(evaluate(rec, HOSTS))["nccl_env.ifname"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node1"]
+    assert c["measured"]["node1"] == ["GLOO_SOCKET_IFNAME is unset and this host also has docker0: "
+                                      "Gloo picks an interface itself"]
+
+
+def test_nccl_env_without_intent_or_data_plane_is_left_to_other_checks():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["intent"]["nccl_env"] = None
+    assert "nccl_env.ifname" not in by_id(evaluate(rec, HOSTS))
+    rec = healthy()
+    rec["node2"]["facts"]["data_plane"] = None
+    c = by_id(evaluate(rec, HOSTS))["nccl_env.ifname"]
+    assert c["status"] == "PASS" and set(c["measured"]) == {"node1", "node3"}
+
+
+# ---------------------------------------------------------------- the verdict helper
+
+def test_verdict_fails_naming_the_problems_or_passes():
+    bad = verdict("x.y", {"node2": "128", "node1": "64"}, expected="65535", message="m", remediation="r",
+                  passed="ok", passed_measured={"n": 3})
+    assert bad == {"id": "x.y", "status": "FAIL", "hosts": ["node1", "node2"],
+                   "measured": {"node2": "128", "node1": "64"}, "expected": "65535", "message": "m",
+                   "remediation": "r"}
+    good = verdict("x.y", {}, expected="65535", message="m", remediation="r", passed="ok", passed_measured={"n": 3})
+    assert good == {"id": "x.y", "status": "PASS", "hosts": [], "measured": {"n": 3}, "expected": "65535",
+                    "message": "ok", "remediation": ""}
+
+
+def test_verdict_blame_measured_and_pass_expected_can_differ_from_the_problems():
+    c = verdict("l", ["link a -> b", "link c -> b"], blame={"b"}, measured=2, expected="all", message="m",
+                remediation="r", passed="ok")
+    assert c["hosts"] == ["b"] and c["measured"] == 2 and c["expected"] == "all"
+    c = verdict("l", [], expected="all", message="m", remediation="r", passed="ok", passed_measured=5,
+                passed_expected=5)
+    assert (c["status"], c["measured"], c["expected"]) == ("PASS", 5, 5)
+
+
+# ---------------------------------------------------------------- the registry loop
+
+def test_evaluate_runs_every_registry_entry_in_order_with_its_records(monkeypatch):
+    seen = []
+
+    def fake(name):
+        def check(records, ctx):
+            seen.append((name, sorted(records), ctx.all_hosts, ctx.min_busbw_gbps))
+            return [make_check(f"{name}.x", "PASS")]
+        return check
+
+    monkeypatch.setattr(checks_pkg, "REGISTRY", (checks_pkg.Entry("b", fake("b"), with_facts_only=False),
+                                                 checks_pkg.Entry("a", fake("a"))))
+    rec = healthy()
+    rec["node3"] = {"facts": None}
+    out = checks_pkg.evaluate(rec, HOSTS, 1.5)
+    assert [c["id"] for c in out] == ["b.x", "a.x"]
+    assert seen == [("b", HOSTS, tuple(HOSTS), 1.5), ("a", ["node1", "node2"], tuple(HOSTS), 1.5)]
+
+
+def test_report_order_and_ids_are_the_registry_order():
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1}, numa_pinning=_numa(), roce_qos=_roce(),
+                                firewall=_fw())
+        rec[h]["facts"]["data_plane"]["rx_queues"] = {"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 1}}
+        rec[h]["ssh"] = _ssh(h)
+    ids = [c["id"] for c in evaluate(rec, HOSTS)]
+    assert ids == ["host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve", "names.reachable",
+                   "sysctl.net.core.netdev_budget", "sysctl.net.core.somaxconn", "sysctl.net.ipv4.tcp_rmem",
+                   "rps_rfs.queues", "numa.binding", "numa.irq_affinity", "roce.qos", "firewall.rules", "ssh.trust",
+                   "versions.torch", "nccl_env.ifname", "collective.reduce_scatter", "collective.all_reduce",
+                   "torchrun.smoke"]

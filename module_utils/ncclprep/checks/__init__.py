@@ -1,0 +1,116 @@
+"""The checks of validate.yml: per-host records in, an ordered list of checks out.
+
+The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the controller by
+``model.build_record`` (filter ``ncclprep_host_records``, roles/preflight/tasks/report.yml)::
+
+    {"alive": bool,              # False: failed or unreachable during the run
+     "facts": dict | None,       # node_facts' ansible_facts.ncclprep; None: no facts
+     "intent": {<concern>: ...}, # <concern>_intent per concern of playbooks/vars/concerns.yml, or None
+     "ssh": list | None,         # ssh_mesh results run on the host
+     "probe": dict | None,       # nccl_probe result
+     "smoke": dict | None}       # torchrun_smoke result
+
+The check model. A check (``Check``) is ``{id, status, hosts, measured, expected, message,
+remediation}``: a stable dotted id, a status of STATUSES (BAD ones fail the run), the hosts
+or links to blame (sorted), the measured and expected values, a one-line message and a
+one-line remediation. Most checks collect their problems first and then call
+``model.verdict``: FAIL naming the problems, or PASS.
+
+The registry. ``REGISTRY`` lists the check functions in report order, each from its module:
+one module per concern of playbooks/vars/concerns.yml (``checks/<concern>.py``, names in
+``CONCERN_MODULES``) and the preflight's own modules (``PREFLIGHT_MODULES``: reachable,
+data_plane, collectives, smoke). Every function is ``check(records, ctx) -> list[Check]``
+with ``ctx`` a ``model.Context``; concern checks see only the hosts that gave facts.
+Adding a concern's check: its module here, one ``Entry`` in REGISTRY, one line in concerns.yml.
+
+Every import in this package is absolute (``ansible.module_utils.ncclprep.checks...``):
+that is the only form Ansible follows when it ships module_utils with a module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from ansible.module_utils.ncclprep.checks.collectives import check_collectives, summarize_collectives
+from ansible.module_utils.ncclprep.checks.data_plane import check_interface
+from ansible.module_utils.ncclprep.checks.firewall import check_firewall
+from ansible.module_utils.ncclprep.checks.host_names import check_names
+from ansible.module_utils.ncclprep.checks.model import (
+    BAD,
+    STATUSES,
+    Check,
+    Context,
+    HostRecord,
+    build_record,
+    make_check,
+    overall,
+    verdict,
+)
+from ansible.module_utils.ncclprep.checks.nccl_env import check_ifname
+from ansible.module_utils.ncclprep.checks.nic_mtu import check_mtu
+from ansible.module_utils.ncclprep.checks.numa_pinning import check_numa
+from ansible.module_utils.ncclprep.checks.reachable import check_reachable
+from ansible.module_utils.ncclprep.checks.roce_qos import check_roce
+from ansible.module_utils.ncclprep.checks.rps_rfs import check_queues
+from ansible.module_utils.ncclprep.checks.smoke import check_smoke
+from ansible.module_utils.ncclprep.checks.ssh_trust import check_ssh
+from ansible.module_utils.ncclprep.checks.sysctl_tuning import check_sysctl
+from ansible.module_utils.ncclprep.checks.torch_runtime import check_torch
+
+__all__ = [
+    "BAD", "CONCERN_MODULES", "PREFLIGHT_MODULES", "REGISTRY", "STATUSES", "SUPPORT_MODULES", "Check", "Context",
+    "Entry", "HostRecord", "build_record", "evaluate", "make_check", "overall", "summarize_collectives", "verdict",
+]
+
+
+class Entry(NamedTuple):
+    """One registry entry: ``module`` (its module under checks/), ``check`` (the function) and
+    ``with_facts_only`` (True: it sees only the records of hosts that gave facts)."""
+
+    module: str
+    check: Callable[[dict, Context], list[Check]]
+    with_facts_only: bool = True
+
+
+#: Every check function, in report order.
+REGISTRY: tuple[Entry, ...] = (
+    Entry("reachable", check_reachable, with_facts_only=False),
+    Entry("data_plane", check_interface),
+    Entry("nic_mtu", check_mtu),
+    Entry("host_names", check_names),
+    Entry("sysctl_tuning", check_sysctl),
+    Entry("rps_rfs", check_queues),
+    Entry("numa_pinning", check_numa),
+    Entry("roce_qos", check_roce),
+    Entry("firewall", check_firewall),
+    Entry("ssh_trust", check_ssh),
+    Entry("torch_runtime", check_torch),
+    Entry("nccl_env", check_ifname),
+    Entry("collectives", check_collectives, with_facts_only=False),
+    Entry("smoke", check_smoke, with_facts_only=False),
+)
+
+#: Check modules that belong to the preflight itself, not to a concern of concerns.yml.
+PREFLIGHT_MODULES = ("reachable", "data_plane", "collectives", "smoke")
+#: Modules of this package that hold no check (the model and shared helpers).
+SUPPORT_MODULES = ("model",)
+#: One check module per concern of playbooks/vars/concerns.yml, in report order.
+CONCERN_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY if e.module not in PREFLIGHT_MODULES))
+
+
+def evaluate(records: dict[str, HostRecord], all_hosts: list[str], min_busbw_gbps: float | None = None) -> list[Check]:
+    """All checks for the cluster, in report order: every REGISTRY entry in turn.
+
+    ``records``: host -> ``HostRecord`` (partial records are read with absent keys as None);
+    ``all_hosts``: every host the run was meant to cover (a host missing from ``records``
+    is reported unreachable); ``min_busbw_gbps``: busbw floor in GB/s (GB = 1e9 bytes) at the
+    largest message size, None for none. Returns the checks (``Check``); raises nothing for
+    well-formed records.
+    """
+    ctx = Context(all_hosts=tuple(all_hosts), min_busbw_gbps=min_busbw_gbps)
+    with_facts = {h: r for h, r in records.items() if (r or {}).get("facts")}
+    out: list[Check] = []
+    for entry in REGISTRY:
+        out.extend(entry.check(with_facts if entry.with_facts_only else records, ctx))
+    return out

@@ -1,0 +1,114 @@
+"""collective.run and collective.<op> (preflight's own checks): the nccl_probe results."""
+
+from __future__ import annotations
+
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, explain, make_check
+
+
+def summarize_collectives(records: dict[str, HostRecord]) -> dict:
+    """Merge every rank's rows: per op and size the slowest rank's time and the busbw it gives.
+
+    ``records``: host -> record whose ``probe.results`` are nccl_probe rows ``{op, size_bytes,
+    time_us, algbw_gbps, busbw_gbps, wrong}`` (rows with ``skipped`` are left out).
+    Returns ``{op: [{size_bytes, time_us_max, algbw_gbps, busbw_gbps, wrong, slowest_host}]}``,
+    sizes ascending (bandwidths in GB/s, GB = 1e9 bytes, from the slowest rank, as nccl-tests
+    doc/PERFORMANCE.md reports them; wrong: elements summed over ranks).
+    """
+    merged: dict = {}
+    for host, rec in sorted(records.items()):
+        for row in ((rec or {}).get("probe") or {}).get("results") or []:
+            if "skipped" in row:
+                continue
+            key = (row["op"], row["size_bytes"])
+            cur = merged.get(key)
+            if cur is None or row["time_us"] > cur["time_us_max"]:
+                wrong = row["wrong"] + (cur["wrong"] if cur else 0)
+                merged[key] = {"size_bytes": row["size_bytes"], "time_us_max": row["time_us"],
+                               "algbw_gbps": row["algbw_gbps"], "busbw_gbps": row["busbw_gbps"],
+                               "wrong": wrong, "slowest_host": host}
+            else:
+                cur["wrong"] += row["wrong"]
+    out: dict = {}
+    for (op, _size), row in sorted(merged.items()):
+        out.setdefault(op, []).append(row)
+    return out
+
+
+def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """Collectives ran on every rank, gave correct results, and (optionally) reached a busbw floor.
+
+    ``records``: every host's record, also those without facts; record ``probe``: the
+    nccl_probe result {status (PASS, FAIL, HANG, SKIP), hosts (the ranks), stage,
+    missing_hosts, error, results}. The ranks are the hosts the probe was started with.
+    collective.run: HANG naming the ranks that never arrived (or the hung hosts); FAIL with
+    the probe error, explained when it is a known torch.distributed failure; SKIP when
+    nothing ran. Otherwise one collective.<op> per op: SKIP with the reason the worker gave,
+    FAIL naming the hosts with wrong elements, FAIL naming the slowest rank when busbw at the
+    largest size is below ``ctx.min_busbw_gbps`` (GB/s), else PASS measuring the largest size.
+    """
+    all_hosts = list(ctx.all_hosts)
+    min_busbw_gbps = ctx.min_busbw_gbps
+    probes = {h: (records.get(h) or {}).get("probe") for h in all_hosts}
+    probes = {h: p for h, p in probes.items() if not (p and p.get("status") == "SKIP")} or {h: None for h in all_hosts}
+    # The ranks are the hosts the probe was started with; a host that was already gone is
+    # not a rank (host.reachable names it) and must not turn into a made-up HANG.
+    ranks = sorted({h for p in probes.values() if p for h in p.get("hosts", [])}) or list(all_hosts)
+    probes = {h: probes.get(h) for h in ranks}
+    absent = sorted(h for h, p in probes.items() if not p)
+    hung = {h: p for h, p in probes.items() if p and p.get("status") == "HANG"}
+    failed = {h: p for h, p in probes.items() if p and p.get("status") == "FAIL"}
+    if hung or (absent and len(absent) < len(ranks)):
+        missing = sorted({m for p in hung.values() for m in p.get("missing_hosts", [])} | set(absent))
+        stages = sorted({f"{p.get('stage')}" for p in hung.values()})
+        blame = missing or sorted(hung)
+        return [make_check("collective.run", "HANG", blame,
+                           measured={h: (p or {}).get("stage", "no result") for h, p in probes.items()},
+                           expected="every rank completes",
+                           message=(f"ranks on {', '.join(missing)} never arrived; " if missing else "")
+                                   + f"stuck at {', '.join(stages) or 'start'}",
+                           remediation="check that the host is up, the rendezvous/ephemeral ports are open "
+                                       "between nodes and NCCL/GLOO_SOCKET_IFNAME names the data-plane NIC")]
+    if absent:
+        return [make_check("collective.run", "SKIP", message="no probe results (nothing ran)")]
+    if failed and not any(p.get("results") for p in failed.values()):
+        errors = "; ".join(f"{h}: {p.get('error')}" for h, p in sorted(failed.items()))
+        known = [(h, explain(p.get("error"), h)) for h, p in sorted(failed.items())]
+        known = [(h, f) for h, f in known if f]
+        message = "; ".join(f"{h}: {f['message']}" for h, f in known) if known else errors[:400]
+        return [make_check("collective.run", "FAIL", sorted(failed), measured=errors,
+                           expected="every rank completes", message=message,
+                           remediation=(known[0][1]["remediation"] if known else
+                                        "read the error; run with NCCL_DEBUG=INFO for the transport log"))]
+    out = []
+    skipped = sorted({(r["op"], r["skipped"]) for p in probes.values() for r in (p or {}).get("results", [])
+                      if "skipped" in r})
+    for op, why in skipped:
+        out.append(make_check(f"collective.{op}", "SKIP", message=f"{op}: {why}"))
+    summary = summarize_collectives(records)
+    world = len(ranks)
+    for op, rows in summary.items():
+        wrong_hosts = sorted(h for h, p in probes.items()
+                             for r in (p or {}).get("results", []) if r.get("op") == op and r.get("wrong"))
+        largest = rows[-1]
+        measured = {"size_bytes": largest["size_bytes"], "busbw_gbps": largest["busbw_gbps"],
+                    "algbw_gbps": largest["algbw_gbps"], "time_us": largest["time_us_max"],
+                    "world_size": world}
+        if wrong_hosts:
+            total = sum(r["wrong"] for r in rows)
+            out.append(make_check(f"collective.{op}", "FAIL", wrong_hosts, measured=dict(measured, wrong=total),
+                                  expected="0 wrong elements",
+                                  message=f"{op}: {total} wrong elements, seen on {', '.join(wrong_hosts)}",
+                                  remediation="data corruption: check GPU/NIC health (dmesg, ECC) on those hosts"))
+        elif min_busbw_gbps is not None and largest["busbw_gbps"] < min_busbw_gbps:
+            out.append(make_check(f"collective.{op}", "FAIL", [largest["slowest_host"]], measured=measured,
+                                  expected=f">= {min_busbw_gbps} GB/s busbw",
+                                  message=f"{op} busbw {largest['busbw_gbps']:.3g} GB/s at "
+                                          f"{largest['size_bytes']} B, below {min_busbw_gbps} GB/s "
+                                          f"(slowest rank on {largest['slowest_host']})",
+                                  remediation="check link speed, MTU and NCCL transport on the slowest host"))
+        else:
+            out.append(make_check(f"collective.{op}", "PASS", measured=measured,
+                                  expected=(f">= {min_busbw_gbps} GB/s busbw" if min_busbw_gbps else "correct"),
+                                  message=f"{op} correct on {world} ranks; busbw {largest['busbw_gbps']:.3g} GB/s "
+                                          f"at {largest['size_bytes']} B"))
+    return out

@@ -1,0 +1,51 @@
+"""names.resolve and names.reachable (concern host_names)."""
+
+from __future__ import annotations
+
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, make_check, verdict
+
+
+def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """Every published host name resolves on every node to its data-plane address (``names.resolve``),
+    and that address answers on the probe port from every node (``names.reachable``).
+
+    facts ``names``: node_facts' look-ups of the host_names intent, ``[{host, name, expected
+    (address), addresses, reachable (bool | None), error}]``. Blame: a name that does not
+    resolve, or resolves elsewhere, is the resolving node's problem (its /etc/hosts or DNS).
+    An address that does not answer names the link ``a -> b`` and blames the target b (down,
+    or its firewall drops a peer). SKIP (names.resolve only) when there is nothing to look up.
+    """
+    resolve, reach, resolve_hosts, reach_hosts, rows = [], [], set(), set(), 0
+    for host, rec in sorted(records.items()):
+        for row in facts_of(rec).get("names") or []:
+            rows += 1
+            if row.get("error") and not row.get("addresses"):
+                resolve.append(f"on {host}: {row['name']} {row['error']}")
+                resolve_hosts.add(host)
+            elif row.get("expected") and row["expected"] not in row.get("addresses", []):
+                resolve.append(f"on {host}: {row['name']} resolves to {', '.join(row['addresses'])}, "
+                               f"not {row['expected']}")
+                resolve_hosts.add(host)
+            elif row.get("reachable") is False:
+                target = row.get("host") or row["name"]
+                reach.append(f"link {host} -> {target}: {row.get('error') or 'unreachable'}")
+                reach_hosts.add(target)
+    if rows == 0:
+        return [make_check("names.resolve", "SKIP", message="no host names to check")]
+
+    def _message(problems: list[str]) -> str:
+        return "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
+
+    return [
+        verdict("names.resolve", resolve, blame=resolve_hosts,
+                expected="every node name -> its data-plane address", message=_message(resolve),
+                remediation="re-run site.yml (role host_names); check /etc/hosts and DNS, on "
+                            + ", ".join(sorted(resolve_hosts)),
+                passed=f"{rows} name look-ups resolved to the data-plane address",
+                passed_measured=rows, passed_expected=rows),
+        verdict("names.reachable", reach, blame=reach_hosts,
+                expected="every node's data-plane address answers from every node", message=_message(reach),
+                remediation="check that the host is up and that its firewall lets cluster peers in, on "
+                            + ", ".join(sorted(reach_hosts)),
+                passed="every resolved data-plane address answered", passed_measured=rows, passed_expected=rows),
+    ]

@@ -1,0 +1,171 @@
+"""The check model and the per-host record that every check reads.
+
+A check (``Check``) is a dict with stable keys: ``id`` (stable, dotted, e.g.
+``sysctl.net.core.somaxconn``), ``status`` (one of STATUSES), ``hosts`` (the hosts or
+links to blame, sorted, no duplicates), ``measured``, ``expected`` (any JSON value),
+``message`` (one line) and ``remediation`` (one line).
+
+A host record (``HostRecord``) is what the preflight knows about one host at the end of
+the run; ``build_record`` makes it from that host's variables (the filter
+``ncclprep_host_records`` in filter_plugins/records.py calls it from report.yml).
+
+Pure Python, no Ansible: imported as ``ansible.module_utils.ncclprep.checks.model``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from ansible.module_utils.ncclprep.parsers.torch_dist import diagnose_torch_dist, parse_torch_dist
+
+STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "HANG")
+BAD = ("FAIL", "HANG")
+
+
+class Check(TypedDict):
+    """One check of the report (see the module docstring for each key)."""
+
+    id: str
+    status: str
+    hosts: list[str]
+    measured: Any
+    expected: Any
+    message: str
+    remediation: str
+
+
+class HostRecord(TypedDict):
+    """Everything the checks know about one host.
+
+    - ``alive``: False when the host failed or became unreachable during the run (it is no
+      longer in ``ansible_play_hosts``); True otherwise.
+    - ``facts``: node_facts' ``ansible_facts.ncclprep`` (see library/node_facts.py RETURN),
+      or None when the host gave no facts (unreachable before the checks).
+    - ``intent``: concern name -> ``<name>_intent`` of that host (the desired state the
+      concern's role computed, e.g. ``intent["sysctl_tuning"]`` the merged sysctl dict,
+      ``intent["torch_runtime"]["version"]`` the pinned torch, ``intent["nic_mtu"]["mtu"]``
+      the MTU in bytes), or None where the concern is off or its intent was not computed.
+      Holds exactly one key per concern of playbooks/vars/concerns.yml.
+    - ``ssh``: the ssh_mesh module's ``results`` run on this host (``[{host, name, ok, cause,
+      explanation}]``), or None when it did not run.
+    - ``probe``: the nccl_probe module's ``probe`` result, or None when it did not run.
+    - ``smoke``: the torchrun_smoke module's ``smoke`` result, or None when it did not run.
+
+    Checks also accept partial records (absent keys read as None; absent ``alive`` as True).
+    """
+
+    alive: bool
+    facts: dict | None
+    intent: dict[str, Any]
+    ssh: list | None
+    probe: dict | None
+    smoke: dict | None
+
+
+#: Where the preflight role registers each module result: record key -> (variable, key in it).
+RESULT_VARS = {
+    "ssh": ("__preflight_ssh", "results"),
+    "probe": ("__preflight_probe", "probe"),
+    "smoke": ("__preflight_smoke", "smoke"),
+}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a check may need beyond the records: ``all_hosts`` (every host the run was meant
+    to cover, inventory order) and ``min_busbw_gbps`` (busbw floor in GB/s, GB = 1e9 bytes,
+    at the largest message size; None: no floor)."""
+
+    all_hosts: tuple[str, ...]
+    min_busbw_gbps: float | None = None
+
+
+def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterable[str]) -> HostRecord:
+    """One host's ``HostRecord`` from its variables (``hostvars[host]`` on the controller).
+
+    ``concern_names``: the concern names of playbooks/vars/concerns.yml; ``intent[name]`` is
+    the variable ``<name>_intent`` or None where it is undefined. ``facts`` is
+    ``ansible_facts.ncclprep`` or None; ``ssh``, ``probe`` and ``smoke`` come from the
+    registered results named in RESULT_VARS (None when absent or skipped).
+    Raises TypeError naming the bad value when a concern name is not a non-empty string.
+    """
+    intent: dict[str, Any] = {}
+    for name in concern_names:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"concern name {name!r} is not a non-empty string")
+        intent[name] = hostvars.get(f"{name}_intent")
+    facts = (hostvars.get("ansible_facts") or {}).get("ncclprep")
+    results = {key: ((hostvars.get(var) or {}).get(field)) for key, (var, field) in RESULT_VARS.items()}
+    return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"],
+                      probe=results["probe"], smoke=results["smoke"])
+
+
+def make_check(cid: str, status: str, hosts: Iterable[str] = (), measured: Any = None, expected: Any = None,
+               message: str = "", remediation: str = "") -> Check:
+    """Build one check; ``hosts`` (any iterable, a dict gives its keys) is sorted and deduplicated.
+
+    Raises ValueError for a status not in STATUSES.
+    """
+    if status not in STATUSES:
+        raise ValueError(f"check {cid}: status {status!r} not in {STATUSES}")
+    return Check(id=cid, status=status, hosts=sorted(set(hosts)), measured=measured, expected=expected,
+                 message=message, remediation=remediation)
+
+
+_PROBLEMS = object()
+_SAME = object()
+
+
+def verdict(cid: str, problems: Mapping[str, Any] | Iterable[str], *, message: str, remediation: str,
+            passed: str, blame: Iterable[str] | None = None, measured: Any = _PROBLEMS, expected: Any = None,
+            passed_measured: Any = None, passed_expected: Any = _SAME) -> Check:
+    """The shared verdict: a check first collects its problems, then FAILs on any or PASSes.
+
+    ``problems``: host -> what is wrong there (a dict), or the hosts/links at fault (a list);
+    empty means PASS. FAIL blames ``blame`` (default: the problems' hosts, i.e. the dict's
+    keys or the list's items), with ``measured`` (default: ``problems`` itself),
+    ``expected``, ``message`` and ``remediation``. PASS has no hosts, ``passed_measured``,
+    ``passed_expected`` (default: ``expected``) and the message ``passed``. Messages are
+    built by the caller (they may name the problems). Raises nothing of its own.
+    """
+    if problems:
+        return make_check(cid, "FAIL", problems if blame is None else blame,
+                          measured=problems if measured is _PROBLEMS else measured, expected=expected,
+                          message=message, remediation=remediation)
+    return make_check(cid, "PASS", (), measured=passed_measured,
+                      expected=expected if passed_expected is _SAME else passed_expected, message=passed)
+
+
+def overall(checks: list[Check]) -> str:
+    """Cluster status: FAIL when any check is FAIL or HANG, else PASS (WARN and SKIP pass)."""
+    return "FAIL" if any(c["status"] in BAD for c in checks) else "PASS"
+
+
+def facts_of(record: Mapping[str, Any] | None) -> dict:
+    """A record's node facts, ``{}`` when it has none."""
+    return (record or {}).get("facts") or {}
+
+
+def intent_of(record: Mapping[str, Any] | None, concern: str) -> Any:
+    """A record's intent for ``concern`` (a concern name of concerns.yml), None when absent."""
+    return ((record or {}).get("intent") or {}).get(concern)
+
+
+def explain(text: str | None, host: str) -> dict | None:
+    """First torch.distributed finding (port in use, unresolvable master, ...) in an error or
+    log text, as ``{message, remediation, ...}`` (parsers/torch_dist.py), or None."""
+    findings = diagnose_torch_dist(parse_torch_dist(text or ""), host=host)
+    return findings[0] if findings else None
+
+
+def majority(values: Mapping[str, Any]) -> Any:
+    """Most common value of a host -> value dict (ties broken by the smallest repr, for
+    stable reports). Raises ValueError when ``values`` is empty."""
+    if not values:
+        raise ValueError("majority of no values")
+    counts = Counter(values.values())
+    best = max(counts.values())
+    return sorted((v for v, n in counts.items() if n == best), key=repr)[0]

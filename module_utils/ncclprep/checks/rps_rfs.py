@@ -1,0 +1,37 @@
+"""rps_rfs.queues (concern rps_rfs): RPS CPUs and RFS flow counts on every rx queue."""
+
+from __future__ import annotations
+
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, intent_of, verdict
+
+
+def check_queues(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """Every rx queue of the data-plane NIC has the intended RPS CPUs and RFS flow count.
+
+    intent ``rps_rfs``: {cpus (CPU list, e.g. "0-15"), flow_cnt (flows per queue), ...},
+    None when the role is off. facts ``data_plane.rx_queues``: {rx-N: {rps_cpus, rps_flow_cnt}}.
+    FAIL measures host -> the queues that differ (or "no rx queues"); no check when no host
+    has both an intent and a data-plane interface.
+    """
+    problems, checked = {}, 0
+    for host, rec in sorted(records.items()):
+        want = intent_of(rec, "rps_rfs")
+        dp = facts_of(rec).get("data_plane") or {}
+        if not want or not dp:
+            continue
+        checked += 1
+        queues = dp.get("rx_queues") or {}
+        wrong = {q: v for q, v in sorted(queues.items())
+                 if v.get("rps_cpus") != want["cpus"] or v.get("rps_flow_cnt") != int(want["flow_cnt"])}
+        if wrong or not queues:
+            problems[host] = wrong or "no rx queues"
+    if not checked:
+        return []
+    want_any = next(intent_of(r, "rps_rfs") for r in records.values() if intent_of(r, "rps_rfs"))
+    expected = {"rps_cpus": want_any["cpus"], "rps_flow_cnt": int(want_any["flow_cnt"])}
+    hosts = ", ".join(problems)
+    return [verdict("rps_rfs.queues", problems, expected=expected,
+                    message=f"RPS/RFS differs from intent on {hosts}",
+                    remediation=f"re-run site.yml (role rps_rfs) or run /usr/local/sbin/ncclprep-rps-rfs on {hosts}",
+                    passed="RPS CPUs and RFS flow counts as intended on every rx queue",
+                    passed_measured=f"{checked} hosts")]

@@ -1,0 +1,50 @@
+"""torchrun.smoke (preflight's own check): the torchrun DDP job through the rendered launcher."""
+
+from __future__ import annotations
+
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, explain, make_check
+
+
+def check_smoke(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """torchrun.smoke: the torchrun DDP job finished on every node with identical parameters everywhere.
+
+    ``records``: every host's record, also those without facts; record ``smoke``: the
+    torchrun_smoke result {status (PASS, FAIL, HANG, SKIP), error, log_tail (lines), workers
+    [{rank, world_size, params_identical}]}. SKIP when it ran nowhere (disabled, --limit, a
+    host gone); HANG/FAIL naming the hosts without a result, else those that failed or hung,
+    explained from log_tail when it is a known torch.distributed failure; FAIL when the workers
+    do not add up to one world size; else PASS measuring workers and world size.
+    """
+    smokes = {h: (records.get(h) or {}).get("smoke") for h in ctx.all_hosts}
+    smokes = {h: (None if s and s.get("status") == "SKIP" else s) for h, s in smokes.items()}
+    if not any(smokes.values()):
+        return [make_check("torchrun.smoke", "SKIP",
+                           message="the smoke job did not run (disabled, or only part of the cluster was in the "
+                                   "run: --limit, or a host gone)")]
+    hung = sorted(h for h, s in smokes.items() if s and s.get("status") == "HANG")
+    failed = sorted(h for h, s in smokes.items() if s and s.get("status") == "FAIL")
+    absent = sorted(h for h, s in smokes.items() if not s)
+    status_of = {h: (s or {}).get("status", "no result") for h, s in smokes.items()}
+    if hung or failed or absent:
+        status = "HANG" if hung and not failed else "FAIL"
+        blame = absent or failed or hung
+        detail = "; ".join(f"{h}: {(smokes[h] or {}).get('error') or 'no result'}" for h in (failed + hung + absent))
+        known = [(h, explain("\n".join((smokes[h] or {}).get("log_tail") or []), h)) for h in failed + hung]
+        known = [(h, f) for h, f in known if f]
+        if known:
+            detail = "; ".join(f"{h}: {f['message']}" for h, f in known[:3]) + f" ({detail})"
+        return [make_check("torchrun.smoke", status, blame, measured=status_of, expected="PASS on every node",
+                           message=detail[:500],
+                           remediation=(known[0][1]["remediation"] if known else
+                                        "read log_tail in the host reports; a hang with 'gai error' warnings "
+                                        "means the rank-0 host name does not resolve (role host_names)"))]
+    workers = [w for s in smokes.values() for w in s.get("workers", [])]
+    world = {w.get("world_size") for w in workers}
+    if not workers or world != {len(workers)}:
+        return [make_check("torchrun.smoke", "FAIL", sorted(smokes), measured={"workers": len(workers),
+                           "world_size": sorted(world)}, expected="one result per worker, same world size",
+                           message=f"torchrun job reported {len(workers)} workers for world size(s) {sorted(world)}",
+                           remediation="read log_tail in the host reports")]
+    return [make_check("torchrun.smoke", "PASS", measured={"workers": len(workers), "world_size": sorted(world)},
+                       expected="identical parameters on every rank",
+                       message=f"torchrun c10d DDP job: {len(workers)} workers, parameters identical")]

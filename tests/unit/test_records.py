@@ -1,0 +1,209 @@
+"""The per-host record (HostRecord): built by the filter report.yml calls, with exactly the
+typed shape, one intent key per concern of the registry; then evaluated by cluster_report."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+import typing
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.ncclprep.checks import HostRecord, build_record
+from ansible.module_utils.ncclprep.checks.model import RESULT_VARS
+
+import ncclprep
+
+REPO = ncclprep.REPO_ROOT
+BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+           ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+CONCERNS_FILE = os.path.join(REPO, "playbooks", "vars", "concerns.yml")
+REPORT_YML = os.path.join(REPO, "roles", "preflight", "tasks", "report.yml")
+
+with open(CONCERNS_FILE, encoding="utf-8") as _fh:
+    CONCERNS = [c["name"] for c in yaml.safe_load(_fh)["ncclprep_concerns"]]
+
+_spec = importlib.util.spec_from_file_location(
+    "ncclprep_records_filters", os.path.join(REPO, "filter_plugins", "records.py"))
+records_filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(records_filters)
+host_records = records_filters.FilterModule().filters()["ncclprep_host_records"]
+
+HINTS = typing.get_type_hints(HostRecord)
+
+
+def conforms(value, hint) -> bool:
+    """``value`` fits the annotation ``hint`` (Any, None, unions, bare and parametrised dict/list/bool)."""
+    if hint is typing.Any:
+        return True
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, arg) for arg in typing.get_args(hint))
+    return isinstance(value, origin or hint)
+
+
+def assert_is_host_record(host, record):
+    assert set(record) == set(HINTS), f"{host}: keys {sorted(record)} != HostRecord {sorted(HINTS)}"
+    for key, hint in HINTS.items():
+        assert conforms(record[key], hint), f"{host}: {key}={record[key]!r} is not {hint}"
+    assert set(record["intent"]) == set(CONCERNS), f"{host}: intent keys != concerns.yml"
+
+
+def test_conforms_tells_the_annotations_apart():
+    assert conforms(None, HINTS["facts"]) and conforms({}, HINTS["facts"]) and not conforms([], HINTS["facts"])
+    assert conforms(True, HINTS["alive"]) and not conforms(None, HINTS["alive"])
+    assert conforms([], HINTS["ssh"]) and not conforms({}, HINTS["ssh"])
+    assert not conforms(None, HINTS["intent"])
+
+
+def test_host_record_documents_every_field():
+    for key in HINTS:
+        assert f"``{key}``" in HostRecord.__doc__, key
+
+
+# ---------------------------------------------------------------- build_record and the filter
+
+FACTS = {"hostname": "n1", "data_plane": {"interface": "eth0", "address": "10.0.0.1", "mtu": 9000}}
+
+
+def test_record_keys_intent_by_concern_and_reads_the_registered_results():
+    hv = {"ansible_facts": {"ncclprep": FACTS, "hostname": "n1"},
+          "sysctl_tuning_intent": {"net.core.somaxconn": 65535},
+          "torch_runtime_intent": {"version": "2.13.0", "python": "/opt/ncclprep/venv/bin/python"},
+          "__preflight_ssh": {"changed": False, "results": [{"host": "n2", "name": "n2", "ok": True}]},
+          "__preflight_probe": {"changed": True, "probe": {"status": "PASS"}},
+          "__preflight_smoke": {"changed": False, "skipped": True}}
+    rec = build_record(hv, True, CONCERNS)
+    assert_is_host_record("n1", rec)
+    assert rec["facts"] == FACTS
+    assert rec["intent"]["sysctl_tuning"] == {"net.core.somaxconn": 65535}
+    assert rec["intent"]["torch_runtime"]["version"] == "2.13.0"
+    assert rec["intent"]["firewall"] is None
+    assert rec["ssh"] == [{"host": "n2", "name": "n2", "ok": True}]
+    assert rec["probe"] == {"status": "PASS"} and rec["smoke"] is None
+    assert set(RESULT_VARS) == {"ssh", "probe", "smoke"}
+
+
+def test_host_without_anything_is_a_full_record_of_nones():
+    rec = build_record({}, False, CONCERNS)
+    assert_is_host_record("n2", rec)
+    assert rec == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None,
+                   "probe": None, "smoke": None}
+
+
+def test_filter_covers_every_host_and_marks_the_dropped_ones():
+    hostvars = {"n1": {"ansible_facts": {"ncclprep": FACTS}}, "n2": {}, "other": {}}
+    out = host_records(hostvars, ["n1", "n2"], ["n1"], (c for c in CONCERNS))
+    assert list(out) == ["n1", "n2"]
+    assert out["n1"]["alive"] is True and out["n2"]["alive"] is False
+    for host, rec in out.items():
+        assert_is_host_record(host, rec)
+
+
+@pytest.mark.parametrize("args,message", [
+    ((["n1", "ghost"], ["n1"], ["nic_mtu"]), "host 'ghost' of all_hosts is not in hostvars (hosts there: n1)"),
+    (("n1", ["n1"], ["nic_mtu"]), "all_hosts='n1' is not a list of names"),
+    ((["n1"], ["n1"], ["nic_mtu", None]), "concern_names holds [None]"),
+    ((["n1"], None, ["nic_mtu"]), "alive_hosts=None is not a list of names"),
+])
+def test_filter_names_the_bad_argument(args, message):
+    with pytest.raises(AnsibleFilterError) as err:
+        host_records({"n1": {}}, *args)
+    assert message in str(err.value)
+
+
+def test_build_record_rejects_a_concern_that_is_not_a_name():
+    with pytest.raises(TypeError, match="concern name 3"):
+        build_record({}, True, ["nic_mtu", 3])
+
+
+# ---------------------------------------------------------------- the playbook produces exactly that shape
+
+def _report_tasks() -> list[dict]:
+    """The record task and the cluster_report task of report.yml, as they are there."""
+    with open(REPORT_YML, encoding="utf-8") as fh:
+        tasks = yaml.safe_load(fh)
+    wanted = ["Collect every host's record", "Evaluate the checks and write the reports"]
+    found = [t for t in tasks if t.get("name") in wanted]
+    assert [t["name"] for t in found] == wanted
+    assert "ncclprep_host_records" in found[0]["ansible.builtin.set_fact"]["__preflight_records"]
+    return found
+
+
+PROBE = {"status": "PASS", "rank": 0, "stage": "done", "hosts": ["fake1"], "missing_hosts": [],
+         "results": [{"op": "all_reduce", "size_bytes": 4096, "count": 1024, "time_us": 50.0, "algbw_gbps": 0.08,
+                      "busbw_gbps": 0.0, "wrong": 0}]}
+
+
+def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
+    """Two fake hosts on localhost: fake1 with facts, intents and results, fake2 failing early.
+    The record task of report.yml must give each a HostRecord with one intent key per
+    concern; cluster_report (shipped with the checks package by Ansible) evaluates them."""
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"children": {"ncclprep_nodes": {"hosts": {
+        "fake1": {"ansible_connection": "local"}, "fake2": {"ansible_connection": "local"}}}}}}))
+    facts = {"hostname": "fake1", "versions": {"torch": "2.13.0+cpu"},
+             "data_plane": {"interface": "lo", "address": "127.0.0.1", "mtu": 65536, "operstate": "unknown"},
+             "interfaces": {"lo": {"mtu": 65536, "operstate": "unknown", "addresses": ["127.0.0.1/8"]}},
+             "sysctl": {"net.core.somaxconn": {"value": "4096", "writable": True}}, "names": []}
+    setup = [
+        {"name": "Give fake1 node facts", "when": "inventory_hostname == 'fake1'",
+         "ansible.builtin.set_fact": {"ncclprep": facts, "cacheable": True}},
+        {"name": "Give fake1 intents and results", "when": "inventory_hostname == 'fake1'",
+         "ansible.builtin.set_fact": {
+             "sysctl_tuning_intent": {"net.core.somaxconn": 4096},
+             "torch_runtime_intent": {"version": "2.13.0", "python": "/opt/ncclprep/venv/bin/python"},
+             "nic_mtu_intent": {"interface": "lo", "mtu": 65536},
+             "nccl_env_intent": {"NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"},
+             "__preflight_ssh": {"changed": False, "results": []},
+             "__preflight_probe": {"changed": True, "probe": PROBE},
+             "__preflight_smoke": {"changed": False, "skipped": True}}},
+        {"name": "Drop fake2 from the play", "when": "inventory_hostname == 'fake2'",
+         "ansible.builtin.fail": {"msg": "fake2 is gone"}},
+    ]
+    show = {"name": "Show the records", "run_once": True, "ansible.builtin.debug": {"var": "__preflight_records"}}
+    play = [{"hosts": "ncclprep_nodes", "gather_facts": False, "vars_files": [CONCERNS_FILE],
+             "tasks": setup + _report_tasks() + [show]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    reports = tmp_path / "reports"
+    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
+           "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"preflight_report_dir={reports}",
+           "-e", '{"preflight_min_busbw_gbps": null}']
+    out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]  # fake2's failure, nothing else
+    tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]
+    records = tasks[-1]["hosts"]["fake1"]["__preflight_records"]
+
+    assert set(records) == {"fake1", "fake2"}
+    for host, rec in records.items():
+        assert_is_host_record(host, rec)
+    one, two = records["fake1"], records["fake2"]
+    assert one["alive"] is True and one["facts"] == facts
+    assert one["intent"]["sysctl_tuning"] == {"net.core.somaxconn": 4096}
+    assert one["intent"]["torch_runtime"]["version"] == "2.13.0"
+    assert one["intent"]["nic_mtu"]["mtu"] == 65536
+    assert one["intent"]["firewall"] is None and one["intent"]["host_names"] is None
+    assert one["ssh"] == [] and one["probe"] == PROBE and one["smoke"] is None
+    assert two == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None, "probe": None,
+                   "smoke": None}
+
+    (run_dir,) = [p for p in glob.glob(str(reports / "*")) if not os.path.islink(p)]
+    cluster_json = os.path.join(run_dir, "cluster.json")
+    with open(cluster_json, encoding="utf-8") as fh:
+        cluster = json.load(fh)
+    by_id = {c["id"]: c for c in cluster["checks"]}
+    assert cluster["status"] == "FAIL"
+    assert by_id["host.reachable"]["hosts"] == ["fake2"]
+    for cid in ("data_plane.interface", "data_plane.mtu", "sysctl.net.core.somaxconn", "versions.torch",
+                "nccl_env.ifname", "collective.all_reduce"):
+        assert by_id[cid]["status"] == "PASS", by_id[cid]
+    with open(os.path.join(os.path.dirname(cluster_json), "hosts", "fake1.json"), encoding="utf-8") as fh:
+        assert set(json.load(fh)["intent"]) == set(CONCERNS)
