@@ -86,6 +86,8 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
+from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
 from ansible.module_utils.ncclprep.roce import (
     ECN_KINDS,
     TOOLS,
@@ -96,13 +98,9 @@ from ansible.module_utils.ncclprep.roce import (
     find_roce_ports,
     format_map,
     format_state,
-    parse_dcb_apptrust,
-    parse_dcb_pfc,
-    parse_mlnx_qos,
     plan,
     read_ecn,
     show_commands,
-    trust_from_order,
     unmanaged,
 )
 

@@ -1,7 +1,9 @@
 """RoCE ports and their lossless QoS: PFC on one priority, trust DSCP, ECN (the roce_qos role).
 
-Everything here is pure (reads a sysfs tree given as an argument, parses text, builds argv
-lists); the ``roce_qos`` module runs the commands and writes the files. Sources of the rules:
+Everything here is pure (reads a sysfs tree given as an argument, plans, builds argv lists); the
+text that ``dcb`` and ``mlnx_qos`` print is parsed in ``parsers/dcb.py`` and
+``parsers/mlnx_qos.py``; the ``roce_qos`` module runs the commands and writes the files.
+Sources of the rules:
 
 - Ports: the kernel's RDMA sysfs ABI (Documentation/ABI/stable/sysfs-class-infiniband):
   ``/sys/class/infiniband/<dev>/ports/<n>/link_layer`` is ``Ethernet`` on a RoCE port and
@@ -30,13 +32,11 @@ Standard library only: this module also runs on the nodes.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 
-PRIORITIES = tuple(range(8))
+from ansible.module_utils.ncclprep.parsers import PRIORITIES
+
 TOOLS = ("dcb", "mlnx_qos")
-TRUST_STATES = ("dscp", "pcp")
 ECN_KINDS = {"ecn_np": "roce_np", "ecn_rp": "roce_rp"}
 MLX5_DRIVERS = ("mlx5_core",)
 
@@ -111,145 +111,6 @@ def find_roce_ports(sysfs: str = "/sys") -> list[dict]:
     Ethernet settings. No ``<sysfs>/class/infiniband`` gives [].
     """
     return [p for p in list_rdma_ports(sysfs) if p["link_layer"] == "Ethernet"]
-
-
-def _unknown_map() -> dict:
-    return {p: None for p in PRIORITIES}
-
-
-def _as_bool(value) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("on", "off", "true", "false", "1", "0"):
-        return value.strip().lower() in ("on", "true", "1")
-    return None
-
-
-def _json_object(text: str) -> dict | None:
-    try:
-        data = json.loads(text)
-    except (TypeError, ValueError):
-        return None
-    if isinstance(data, list) and len(data) == 1:
-        data = data[0]
-    return data if isinstance(data, dict) else None
-
-
-def parse_dcb_pfc(json_text: str) -> dict:
-    """Parse ``dcb -j pfc show dev IF`` into ``{prio (0..7): bool | None}``.
-
-    Reads ``prio_pfc``: an array of 8 booleans in iproute2 (index = priority); the strings
-    ``on``/``off`` and an object keyed by priority are accepted too. A priority the output does
-    not show, or the whole map when the text is not dcb's JSON, is None. Never raises.
-    """
-    out = _unknown_map()
-    data = _json_object(json_text)
-    if data is None:
-        return out
-    raw = data.get("prio_pfc")
-    if isinstance(raw, list):
-        items = enumerate(raw)
-    elif isinstance(raw, dict):
-        items = ((int(k), v) for k, v in raw.items() if str(k).isdigit())
-    else:
-        return out
-    for prio, value in items:
-        if prio in out:
-            out[prio] = _as_bool(value)
-    return out
-
-
-def parse_dcb_apptrust(json_text: str) -> list[str] | None:
-    """Parse ``dcb -j apptrust show dev IF`` into the trust order, most trusted first.
-
-    ``{"order": ["dscp", "pcp"]}`` gives ``["dscp", "pcp"]``; an empty order (nothing trusted)
-    gives []. None when the text is not that JSON. Never raises.
-    """
-    data = _json_object(json_text)
-    if data is None or not isinstance(data.get("order"), list):
-        return None
-    return [str(sel) for sel in data["order"]]
-
-
-def trust_from_order(order: list[str] | None) -> str | None:
-    """The trust state an apptrust order amounts to: its first selector (``dscp``, ``pcp``, ...).
-
-    [] (nothing trusted) gives ``"none"``; None (unreadable) gives None. Rule: dcb-apptrust(8),
-    the order says which selector takes precedence.
-    """
-    if order is None:
-        return None
-    return order[0] if order else "none"
-
-
-_TRUST_RE = re.compile(r"^Priority trust state:\s*(\S*)\s*$")
-_DCBX_RE = re.compile(r"^DCBX mode:\s*(.+?)\s*$")
-_CABLE_RE = re.compile(r"^Cable len:\s*(\d+)\s*$")
-_ROW_RE = re.compile(r"^(priority|enabled|buffer)\s+((?:\d+\s*)+)$")
-_KNOWN_RES = (
-    re.compile(r"^prio:\d+(\s+dscp:[\d,]*)?$"),              # dscp2prio / default priority rows
-    re.compile(r"^(dscp2prio mapping|default priority|PFC configuration):$"),
-    re.compile(r"^Receive buffer size \(bytes\):"),
-    re.compile(r"^tc:\s*\d+\s+ratelimit:"),
-    re.compile(r"^priority:\s*\d+$"),                          # priorities of a tc
-)
-_WARNING_RES = (
-    re.compile(r"WARNING"),
-    re.compile(r"not supported on your system"),
-)
-
-
-def parse_mlnx_qos(text: str) -> dict:
-    """Parse ``mlnx_qos -i IF`` output.
-
-    Returns ``{"trust": "dscp" | "pcp" | None, "pfc": {prio: bool | None}, "dcbx": str | None,
-    "cable_len": int | None, "warnings": [lines], "unparsed": [lines]}``. ``trust`` is None when
-    the line is missing or reads ``none`` (mlnx_qos prints that when the driver cannot report
-    trust). ``pfc`` comes from the ``enabled`` row under ``PFC configuration:``, matched to the
-    ``priority`` header row; without it every priority is None. Lines mlnx_qos prints as
-    warnings (lldpad running, "... is not supported on your system") go to ``warnings``; the
-    dscp2prio map, buffer and tc rows are recognised and skipped; any other line goes to
-    ``unparsed``. Never raises.
-    """
-    out = {"trust": None, "pfc": _unknown_map(), "dcbx": None, "cable_len": None,
-           "warnings": [], "unparsed": []}
-    header: list[int] | None = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if any(r.search(stripped) for r in _WARNING_RES):
-            out["warnings"].append(stripped)
-            continue
-        m = _TRUST_RE.match(stripped)
-        if m:
-            out["trust"] = m.group(1) if m.group(1) in TRUST_STATES else None
-            continue
-        m = _DCBX_RE.match(stripped)
-        if m:
-            out["dcbx"] = m.group(1)
-            continue
-        m = _CABLE_RE.match(stripped)
-        if m:
-            out["cable_len"] = int(m.group(1))
-            continue
-        m = _ROW_RE.match(stripped)
-        if m:
-            values = [int(v) for v in m.group(2).split()]
-            if m.group(1) == "priority":
-                header = values
-            elif m.group(1) == "enabled":
-                prios = header if header and len(header) == len(values) else list(PRIORITIES)[:len(values)]
-                for prio, value in zip(prios, values, strict=False):
-                    if prio in out["pfc"]:
-                        out["pfc"][prio] = _as_bool(value)
-            continue
-        if any(r.match(stripped) for r in _KNOWN_RES):
-            continue
-        out["unparsed"].append(line)
-    return out
 
 
 def read_ecn(netdev: str, sysfs: str = "/sys") -> dict:

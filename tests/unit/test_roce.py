@@ -19,6 +19,8 @@ import subprocess
 import sys
 
 import pytest
+from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
+from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
 from ansible.module_utils.ncclprep.roce import (
     choose_tool,
     commands,
@@ -26,13 +28,9 @@ from ansible.module_utils.ncclprep.roce import (
     find_roce_ports,
     format_state,
     list_rdma_ports,
-    parse_dcb_apptrust,
-    parse_dcb_pfc,
-    parse_mlnx_qos,
     plan,
     read_ecn,
     show_commands,
-    trust_from_order,
     unmanaged,
 )
 

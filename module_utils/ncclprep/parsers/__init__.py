@@ -3,7 +3,8 @@
 Each ``parse_*`` function takes the tool's text output and returns a dict of what
 it could read plus ``unparsed``, the lines it did not understand (a shell prompt
 line or a garbled line lands there); it never raises on real output and never
-invents a value: a field the text does not show is None. Each ``diagnose_*``
+invents a value: a field the text does not show is None (``dcb`` returns the
+priority maps and trust order the roce_qos rules use, see its docstrings). Each ``diagnose_*``
 function takes a parsed dict and returns a list of findings built by ``finding``:
 dicts with ``id`` (stable, dotted), ``severity`` (FAIL, WARN or INFO), ``subject``
 (the device, interface, address or host the finding is about; for a host-wide
@@ -11,11 +12,22 @@ finding the ``host`` argument, or ``"host"`` when the caller named none), ``host
 ``message`` and ``remediation`` (one line each), plus finding-specific details.
 The readings and diagnoses are pinned by the real outputs in ``shared/cases``
 (see its INDEX.md). Standard library only: these modules also run on the nodes.
+
+Where each parser reads live nodes or logs:
+
+- ``ibstat``, ``ibv_devinfo``, ``ip_link``, ``numa_lscpu``, ``topo``, ``netplan``: node_facts'
+  ``hostinfo`` (``module_utils/ncclprep/hostinfo.py`` runs the tools under deadlines).
+- ``dcb``, ``mlnx_qos``: the roce_qos module (rules in ``module_utils/ncclprep/roce.py``).
+- ``ufw``, ``torch_dist``: the checks (``firewall.rules``; the probe's error explained).
+- ``nccl_log``, ``nccl_tests``: logs a job writes, not a node's state; kept for the offline
+  doctor that reads a job's logs (not written yet), tested against shared/cases meanwhile.
 """
 
 from __future__ import annotations
 
 SEVERITIES = ("FAIL", "WARN", "INFO")
+#: The eight 802.1p priorities of a priority map (PFC, ECN): ``{prio (int 0..7): bool | None}``.
+PRIORITIES = tuple(range(8))
 
 
 def finding(fid: str, severity: str, subject: str, message: str, remediation: str = "",
@@ -30,3 +42,19 @@ def finding(fid: str, severity: str, subject: str, message: str, remediation: st
            "remediation": remediation}
     out.update(details)
     return out
+
+
+def unknown_priority_map() -> dict:
+    """``{0: None, ..., 7: None}``: a priority map of which nothing could be read."""
+    return {p: None for p in PRIORITIES}
+
+
+def on_off(value) -> bool | None:
+    """``True``/``False`` for a bool, 0/1, or the words on/off, true/false, 1/0 (any case); None otherwise."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("on", "off", "true", "false", "1", "0"):
+        return value.strip().lower() in ("on", "true", "1")
+    return None

@@ -1,0 +1,257 @@
+"""What node_facts reads off a node with the tools it may or may not have, through the parsers.
+
+Each reading runs one read-only tool under a deadline and parses its text with the parser of
+``parsers/``, adding that parser's findings:
+
+- ``ib_ports``: ``ibstat`` (else ``ibstatus``, else the RDMA sysfs files) -> ``parsers.ibstat``
+- ``ibv_devinfo``: ``ibv_devinfo`` -> ``parsers.ibv_devinfo``
+- ``numactl``: ``numactl -H`` -> ``parsers.numa_lscpu``
+- ``gpu_topology``: ``nvidia-smi topo -m`` -> ``parsers.topo`` (absent on CPU nodes)
+- ``ip_links``: ``ip addr show`` (text form) -> ``parsers.ip_link``
+- ``netplan``: ``/etc/netplan/*.yaml`` -> ``parsers.netplan``, judged against the RoCE netdevs
+
+Every reading is None when the tool (or the files) is not on the node: a missing tool is never
+an error. Otherwise it is ``{"source": what was read (argv joined, or a path), "error": str |
+None, "data": parsed dict | None, "findings": [finding dicts]}``; ``error`` says that the tool
+ran past its deadline or exited non-zero (then ``data`` is None and ``findings`` []).
+
+Commands run through a ``runner(argv, timeout_s) -> (rc, stdout, stderr)`` and tools are found
+with ``which(name) -> path | None`` (``AnsibleModule.get_bin_path`` on a node), so tests pass
+fakes. ``subprocess_runner`` is the real runner: it kills a command at its deadline and
+returns rc ``TIMEOUT_RC`` (124, as coreutils ``timeout``). Standard library only: this module
+runs on the nodes.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+from collections.abc import Callable
+
+from ansible.module_utils.ncclprep.parsers.ibstat import diagnose_ib_ports, parse_ib_status
+from ansible.module_utils.ncclprep.parsers.ibv_devinfo import diagnose_ibv_devinfo, parse_ibv_devinfo
+from ansible.module_utils.ncclprep.parsers.ip_link import diagnose_ip_link, parse_ip_link
+from ansible.module_utils.ncclprep.parsers.netplan import diagnose_netplan, parse_netplan
+from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, parse_numactl_hardware
+from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, parse_topo
+from ansible.module_utils.ncclprep.roce import find_roce_ports
+
+Runner = Callable[[list, float], tuple]
+Which = Callable[[str], "str | None"]
+
+#: rc of a command killed at its deadline (the value coreutils ``timeout`` uses).
+TIMEOUT_RC = 124
+#: Environment of every command: untranslated output, as the parsers expect.
+COMMAND_ENV = {"LC_ALL": "C", "LANG": "C"}
+_CODED_RE = re.compile(r"^\d+:\s*(\S+)$")          # sysfs "4: ACTIVE", "5: LinkUp"
+_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec")  # sysfs "200 Gb/sec (4X HDR)"
+
+
+def subprocess_runner(argv: list, timeout: float) -> tuple:
+    """Run ``argv`` for at most ``timeout`` seconds; returns ``(rc, stdout, stderr)`` as text.
+
+    A command still running at the deadline is killed and gives ``(TIMEOUT_RC, partial stdout
+    or "", message)``; one that cannot be started gives ``(127, "", error)``. Never raises.
+    """
+    env = dict(os.environ, **COMMAND_ENV)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL, errors="replace", check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return TIMEOUT_RC, out, f"killed after {timeout:g} s"
+    except OSError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _reading(source: str, error: str | None = None, data: dict | None = None,
+             findings: list | None = None) -> dict:
+    return {"source": source, "error": error, "data": data, "findings": findings or []}
+
+
+def run_tool(runner: Runner, which: Which, argv: list, timeout: float) -> tuple:
+    """Run a read-only tool: ``(None, None, None)`` when ``argv[0]`` is not found, else
+    ``(source, stdout | None, error | None)``.
+
+    ``source`` is argv joined with spaces (the bare tool name first). ``error`` names the
+    command and the deadline it ran past (rc TIMEOUT_RC), or its exit status and the last line
+    of stderr; stdout is None then.
+    """
+    path = which(argv[0])
+    source = " ".join(str(a) for a in argv)
+    if not path:
+        return None, None, None
+    rc, out, err = runner([path, *argv[1:]], timeout)
+    if rc == TIMEOUT_RC:
+        return source, None, f"{source} ran past its deadline of {timeout:g} s"
+    if rc != 0:
+        last = ([line.strip() for line in (err or "").splitlines() if line.strip()] or [""])[-1]
+        return source, None, f"{source} exited {rc}" + (f": {last}" if last else "")
+    return source, out or "", None
+
+
+def _tool_reading(runner: Runner, which: Which, argv: list, timeout: float,
+                  parse: Callable[[str], dict], diagnose: Callable[[dict], list]) -> dict | None:
+    source, out, error = run_tool(runner, which, argv, timeout)
+    if source is None:
+        return None
+    if error is not None:
+        return _reading(source, error)
+    data = parse(out)
+    return _reading(source, data=data, findings=diagnose(data))
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text, 0) if text is not None else None
+    except ValueError:
+        return None
+
+
+def read_ib_sysfs(sysfs: str = "/sys") -> list[dict]:
+    """Every RDMA port from ``<sysfs>/class/infiniband/<dev>/ports/<n>/`` in the flat shape of
+    ``parsers.ibstat``: ``{"device", "port", "state", "physical_state", "rate_gbps",
+    "link_layer", "base_lid", "sm_lid"}``.
+
+    Files (kernel Documentation/ABI/stable/sysfs-class-infiniband): ``state`` ``4: ACTIVE`` ->
+    ``ACTIVE``; ``phys_state`` ``5: LinkUp`` -> ``LinkUp``; ``rate`` ``200 Gb/sec (4X HDR)`` ->
+    200 (Gb/s); ``lid`` / ``sm_lid`` hex (``0x239``) -> int; ``link_layer`` as written. An
+    unreadable file gives None; no ``class/infiniband`` gives []. Never raises.
+    """
+    root = os.path.join(sysfs, "class", "infiniband")
+    try:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return []
+    ports = []
+    for dev in devices:
+        try:
+            names = sorted((n for n in os.listdir(os.path.join(root, dev, "ports")) if n.isdigit()), key=int)
+        except OSError:
+            continue
+        for name in names:
+            base = os.path.join(root, dev, "ports", name)
+            coded = {key: _read(os.path.join(base, key)) for key in ("state", "phys_state")}
+            for key, value in coded.items():
+                m = _CODED_RE.match(value or "")
+                coded[key] = m.group(1) if m else value
+            rate = _RATE_RE.match(_read(os.path.join(base, "rate")) or "")
+            ports.append({"device": dev, "port": int(name), "state": coded["state"],
+                          "physical_state": coded["phys_state"],
+                          "rate_gbps": float(rate.group(1)) if rate else None,
+                          "link_layer": _read(os.path.join(base, "link_layer")) or None,
+                          "base_lid": _int(_read(os.path.join(base, "lid"))),
+                          "sm_lid": _int(_read(os.path.join(base, "sm_lid")))})
+    return ports
+
+
+def ib_ports(runner: Runner, which: Which, timeout: float, host: str | None = None,
+             sysfs: str = "/sys") -> dict | None:
+    """HCA ports: ``ibstat``, else ``ibstatus``, else sysfs (``read_ib_sysfs``).
+
+    ``data`` is ``{"layout": "ibstat" | "ibstatus" | "sysfs", "ports": [flat port dicts],
+    "unparsed": [lines]}`` and ``findings`` come from ``diagnose_ib_ports`` (a down port, an HCA
+    short, no subnet manager on IB; never "no SM" on RoCE). None when no tool is found and sysfs
+    shows no RDMA device. A tool that fails or runs past ``timeout`` seconds gives its error and
+    the sysfs reading is not tried in its place (the error is the finding worth seeing).
+    """
+    for tool in ("ibstat", "ibstatus"):
+        source, out, error = run_tool(runner, which, [tool], timeout)
+        if source is None:
+            continue
+        if error is not None:
+            return _reading(source, error)
+        data = parse_ib_status(out)
+        return _reading(source, data=data, findings=diagnose_ib_ports(data["ports"], host))
+    ports = read_ib_sysfs(sysfs)
+    if not ports:
+        return None
+    data = {"layout": "sysfs", "ports": ports, "unparsed": []}
+    return _reading(os.path.join(sysfs, "class", "infiniband"), data=data, findings=diagnose_ib_ports(ports, host))
+
+
+def ibv_devinfo(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
+    """``ibv_devinfo`` (rdma-core): HCAs, port states, max/active MTU; findings from
+    ``diagnose_ibv_devinfo`` (a port not active, a RoCE active_mtu capped by the netdev MTU).
+    None without ibv_devinfo."""
+    return _tool_reading(runner, which, ["ibv_devinfo"], timeout, parse_ibv_devinfo,
+                         lambda d: diagnose_ibv_devinfo(d, host))
+
+
+def numactl(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
+    """``numactl -H``: NUMA nodes, CPUs, sizes (MiB) and distances; findings from
+    ``diagnose_numa``. None without numactl (numa_topology reads sysfs either way)."""
+    return _tool_reading(runner, which, ["numactl", "-H"], timeout, parse_numactl_hardware,
+                         lambda d: diagnose_numa(d, host))
+
+
+def gpu_topology(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
+    """``nvidia-smi topo -m``: GPU/NIC link matrix and CPU/NUMA affinity; findings from
+    ``diagnose_topo``. None without nvidia-smi (CPU nodes). On a node whose driver is not
+    loaded nvidia-smi exits non-zero: that is an ``error``, not a failure."""
+    return _tool_reading(runner, which, ["nvidia-smi", "topo", "-m"], timeout, parse_topo,
+                         lambda d: diagnose_topo(d, host))
+
+
+def ip_links(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
+    """``ip addr show`` in its text form: links with flags, link type, state, MTU and addresses;
+    findings from ``diagnose_ip_link`` (an IPoIB interface down, an unusual IPoIB MTU).
+    None without ip."""
+    return _tool_reading(runner, which, ["ip", "addr", "show"], timeout, parse_ip_link,
+                         lambda d: diagnose_ip_link(d, host))
+
+
+def netplan(netplan_dir: str = "/etc/netplan", roce_interfaces: list | None = None,
+            host: str | None = None) -> dict | None:
+    """Every ``<netplan_dir>/*.yaml`` parsed (``parse_netplan``), in file name order.
+
+    ``data`` is ``{"files": {path: parsed}}``; ``findings`` are ``diagnose_netplan`` per file
+    with ``roce_interfaces`` (the RoCE netdevs; None: not known). None when the folder has no
+    YAML file (not a netplan host). An unreadable file is parsed as empty text and gets its
+    ``error``. No deadline needed: local files only.
+    """
+    paths = sorted(glob.glob(os.path.join(netplan_dir, "*.yaml")))
+    if not paths:
+        return None
+    files, findings = {}, []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                parsed = parse_netplan(fh.read())
+        except (OSError, UnicodeDecodeError) as exc:
+            parsed = {"version": None, "renderer": None, "interfaces": [], "unparsed": [],
+                      "error": f"unreadable: {exc}"}
+        files[path] = parsed
+        findings += [dict(f, file=path) for f in diagnose_netplan(parsed, roce_interfaces, host)]
+    return _reading(netplan_dir, data={"files": files}, findings=findings)
+
+
+def collect(runner: Runner, which: Which, timeout: float, host: str | None = None, sysfs: str = "/sys",
+            netplan_dir: str = "/etc/netplan") -> dict:
+    """Every reading of this module: ``{"ib_ports", "ibv_devinfo", "numactl", "gpu_topology",
+    "ip_links", "netplan"}``, each None or a reading dict (module docstring).
+
+    Each command gets ``timeout`` seconds, so the whole takes at most 6 x ``timeout`` (ibstat
+    and ibstatus are not both run when the first is present). Never raises.
+    """
+    roce = sorted({p["netdev"] for p in find_roce_ports(sysfs) if p.get("netdev")})
+    return {
+        "ib_ports": ib_ports(runner, which, timeout, host, sysfs),
+        "ibv_devinfo": ibv_devinfo(runner, which, timeout, host),
+        "numactl": numactl(runner, which, timeout, host),
+        "gpu_topology": gpu_topology(runner, which, timeout, host),
+        "ip_links": ip_links(runner, which, timeout, host),
+        # Without a RoCE port the MTU rule has nothing to judge: [] rather than None ("unknown").
+        "netplan": netplan(netplan_dir, roce, host),
+    }
