@@ -238,13 +238,19 @@ def test_make_check_rejects_unknown_status():
     assert copy.deepcopy(make_check("x", "WARN", ["b", "a", "a"]))["hosts"] == ["a", "b"]
 
 
+def _rx_queues(queues):
+    """facts rps_rfs (concern_facts.rps_rfs) of eth0 with these rx queues."""
+    return {"interface": "eth0", "exists": True, "queues": queues, "local_cpus": None, "online_cpus": "0-1",
+            "possible_cpus": "0-1"}
+
+
 def test_rps_rfs_queue_that_differs_is_named():
     rec = healthy()
     for h in HOSTS:
         rec[h]["intent"]["rps_rfs"] = {"cpus": "0-1", "flow_cnt": 32768}
-        rec[h]["facts"]["data_plane"]["rx_queues"] = {"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 32768}}
+        rec[h]["facts"]["rps_rfs"] = _rx_queues({"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 32768}})
     assert by_id(evaluate(rec, HOSTS))["rps_rfs.queues"]["status"] == "PASS"
-    rec["node2"]["facts"]["data_plane"]["rx_queues"]["rx-0"]["rps_cpus"] = ""
+    rec["node2"]["facts"]["rps_rfs"]["queues"]["rx-0"]["rps_cpus"] = ""
     c = by_id(evaluate(rec, HOSTS))["rps_rfs.queues"]
     assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
     assert c["measured"] == {"node2": {"rx-0": {"rps_cpus": "", "rps_flow_cnt": 32768}}}
@@ -273,16 +279,20 @@ def test_smoke_failure_with_unresolvable_master_is_explained(case):
 
 # ---------------------------------------------------------------- numa_pinning and roce_qos
 
-def _numa(installed="0 0 0-31 -", irq=None):
-    return {"binding_text": "# local_rank numa_node cpus gpu\n0 0 0-31 -\n", "installed_text": installed,
-            "irq": irq or {"interface": "eth0", "cpus": "0-31", "irqs": [], "change": [],
-                           "reason": "no IRQs: eth0 is a virtual interface (no device in sysfs)", "current": {}}}
+def _numa(rec, installed="0 0 0-31 -", irq=None, current=None):
+    """Give a record its numa_pinning intent (numa.numa_intent) and facts (concern_facts.numa_pinning)."""
+    rec["intent"]["numa_pinning"] = {
+        "binding_text": "# local_rank numa_node cpus gpu\n0 0 0-31 -\n",
+        "irq": irq or {"interface": "eth0", "cpus": "0-31", "irqs": [],
+                       "reason": "no IRQs: eth0 is a virtual interface (no device in sysfs)"}}
+    rec["facts"]["numa_pinning"] = {"installed_text": installed, "irq_affinity": current or {}, "topology": {}}
+    return rec
 
 
 def test_numa_map_and_virtual_nic_pass_and_skip():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["numa_pinning"] = _numa()
+        _numa(recs[h])
     ids = by_id(evaluate(recs, HOSTS))
     assert ids["numa.binding"]["status"] == "PASS"
     assert ids["numa.binding"]["measured"] == {"node1": 1, "node2": 1, "node3": 1}
@@ -293,13 +303,12 @@ def test_numa_map_and_virtual_nic_pass_and_skip():
 def test_numa_stale_map_and_unpinned_irqs_name_the_host():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["numa_pinning"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120, 121],
-                                               "change": [], "reason": None,
-                                               "current": {"120": "0-31", "121": "0-31"}})
+        _numa(recs[h], irq={"interface": "ens1", "cpus": "0-31", "irqs": [120, 121], "reason": None},
+              current={"120": "0-31", "121": "0-31"})
     # node2: map installed for another topology; node3: never installed; node1: irqbalance moved IRQ 121
-    recs["node2"]["intent"]["numa_pinning"]["installed_text"] = "0 1 32-63 -"
-    recs["node3"]["intent"]["numa_pinning"]["installed_text"] = None
-    recs["node1"]["intent"]["numa_pinning"]["irq"].update(change=[121], current={"120": "0-31", "121": "40"})
+    recs["node2"]["facts"]["numa_pinning"]["installed_text"] = "0 1 32-63 -"
+    recs["node3"]["facts"]["numa_pinning"]["installed_text"] = None
+    recs["node1"]["facts"]["numa_pinning"]["irq_affinity"]["121"] = "40"
     checks = evaluate(recs, HOSTS)
     ids = by_id(checks)
     assert ids["numa.binding"]["status"] == "FAIL"
@@ -315,9 +324,19 @@ def test_numa_stale_map_and_unpinned_irqs_name_the_host():
 def test_numa_pinned_irqs_pass():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["numa_pinning"] = _numa(irq={"interface": "ens1", "cpus": "0-31", "irqs": [120],
-                                               "change": [], "reason": None, "current": {"120": "0-31"}})
+        _numa(recs[h], irq={"interface": "ens1", "cpus": "0-31", "irqs": [120], "reason": None},
+              current={"120": "0-31"})
     assert by_id(evaluate(recs, HOSTS))["numa.irq_affinity"]["status"] == "PASS"
+
+
+def test_numa_irq_affinity_is_compared_as_cpu_sets_and_an_unreadable_one_is_off():
+    recs = healthy()
+    for h in HOSTS:
+        _numa(recs[h], irq={"interface": "ens1", "cpus": "0-31", "irqs": [120], "reason": None},
+              current={120: "0-15,16-31"})  # int keys as read, before JSON
+    recs["node3"]["facts"]["numa_pinning"]["irq_affinity"] = {"120": None}
+    c = by_id(evaluate(recs, HOSTS))["numa.irq_affinity"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node3"] and c["measured"] == {"node3": {"120": None}}
 
 
 def _roce(changes=None, skipped=False):
@@ -370,15 +389,19 @@ FW_RULES = [{"from": "10.0.0.0/24", "port": None, "proto": "any", "interface": "
              "var": "firewall_cluster_cidr"}]
 
 
-def _fw(stdout=UFW_OK, rc=0, backend="ufw"):
-    return {"backend": backend, "cluster_cidr": "10.0.0.0/24", "rules": FW_RULES, "live": {"rc": rc, "stdout": stdout}}
+def _fw(rec, stdout=UFW_OK, rc=0, backend="ufw"):
+    """Give a record its firewall intent and live rule set (facts firewall, concern_facts.firewall)."""
+    rec["intent"]["firewall"] = {"backend": backend, "cluster_cidr": "10.0.0.0/24", "rules": FW_RULES}
+    rec["facts"]["firewall"] = {"tools": {"ufw": backend == "ufw", "nft": backend == "nftables"}, "backend": backend,
+                                "rc": rc, "stdout": stdout}
+    return rec
 
 
 def test_firewall_active_default_deny_cluster_allowed_passes():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["firewall"] = _fw()
-    recs["node3"]["intent"]["firewall"] = _fw(
+        _fw(recs[h])
+    _fw(recs["node3"],
         '{"nftables": [{"chain": {"family": "inet", "table": "ncclprep", "name": "input", "policy": "drop"}},'
         ' {"rule": {"expr": [{"match": {"right": {"prefix": {"addr": "10.0.0.0", "len": 24}}}}]}}]}',
         backend="nftables")
@@ -389,18 +412,28 @@ def test_firewall_active_default_deny_cluster_allowed_passes():
 
 def test_firewall_off_open_or_blocking_names_each_host():
     recs = healthy()
-    recs["node1"]["intent"]["firewall"] = _fw(UFW_OK.replace("Status: active", "Status: inactive"))
-    recs["node2"]["intent"]["firewall"] = _fw(UFW_OK.replace("deny (incoming)", "allow (incoming)"))
-    recs["node3"]["intent"]["firewall"] = _fw(rc=1, stdout="", backend="nftables")
+    _fw(recs["node1"], UFW_OK.replace("Status: active", "Status: inactive"))
+    _fw(recs["node2"], UFW_OK.replace("deny (incoming)", "allow (incoming)"))
+    _fw(recs["node3"], rc=1, stdout="", backend="nftables")
     check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
     assert check["status"] == "FAIL"
     assert check["measured"] == {"node1": "ufw is inactive",
                                  "node2": "ufw's incoming default is allow, not deny",
                                  "node3": "nftables table inet ncclprep is not loaded"}
     recs = healthy()
-    recs["node2"]["intent"]["firewall"] = _fw(UFW_OK.replace("Anywhere on eth0", "Anywhere on eth1"))
+    _fw(recs["node2"], UFW_OK.replace("Anywhere on eth0", "Anywhere on eth1"))
     check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
     assert check["hosts"] == ["node2"] and "cannot reach every port" in check["message"]
+
+
+def test_firewall_backend_without_its_tool_is_named():
+    recs = healthy()
+    for h in HOSTS:
+        _fw(recs[h])
+    _fw(recs["node1"], rc=None, stdout="", backend="nftables")
+    check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
+    assert check["hosts"] == ["node1"]
+    assert check["measured"] == {"node1": "nftables is chosen but its tool (nft) is not installed"}
 
 
 # ---------------------------------------------------------------- ssh_trust
@@ -532,9 +565,9 @@ def test_evaluate_runs_every_registry_entry_in_order_with_its_records(monkeypatc
 def test_report_order_and_ids_are_the_registry_order():
     rec = healthy()
     for h in HOSTS:
-        rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1}, numa_pinning=_numa(), roce_qos=_roce(),
-                                firewall=_fw())
-        rec[h]["facts"]["data_plane"]["rx_queues"] = {"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 1}}
+        rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1}, roce_qos=_roce())
+        rec[h]["facts"]["rps_rfs"] = _rx_queues({"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 1}})
+        _fw(_numa(rec[h]))
         rec[h]["ssh"] = _ssh(h)
     ids = [c["id"] for c in evaluate(rec, HOSTS)]
     assert ids == ["host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve", "names.reachable",

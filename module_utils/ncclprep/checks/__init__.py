@@ -4,7 +4,7 @@ The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the c
 ``model.build_record`` (filter ``ncclprep_host_records``, roles/preflight/tasks/report.yml)::
 
     {"alive": bool,              # False: failed or unreachable during the run
-     "facts": dict | None,       # node_facts' ansible_facts.ncclprep; None: no facts
+     "facts": dict | None,       # ansible_facts.ncclprep (node_facts, and facts[<concern>]); None: no facts
      "intent": {<concern>: ...}, # <concern>_intent per concern of playbooks/vars/concerns.yml, or None
      "ssh": list | None,         # ssh_mesh results run on the host
      "probe": dict | None,       # nccl_probe result

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, intent_of, verdict
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, intent_of, verdict
 from ansible.module_utils.ncclprep.parsers.ufw import diagnose_ufw, parse_ufw_status
 
 
-def firewall_problem(fw: dict) -> str | None:
+def firewall_problem(fw: dict, live: dict | None) -> str | None:
     """Why a host's live firewall does not hold the role's intent (one line), or None when it does.
 
-    ``fw``: intent ``firewall`` (see ``check_firewall``). nftables: the table must be loaded
-    with a drop policy and a rule naming the cluster network; ufw: active, incoming default
-    deny, and no FAIL finding of parsers/ufw.py ``diagnose_ufw`` for the cluster CIDR.
+    ``fw``: intent ``firewall``; ``live``: facts ``firewall`` (see ``check_firewall``).
+    nftables: the table must be loaded with a drop policy and a rule naming the cluster
+    network; ufw: active, incoming default deny, and no FAIL finding of parsers/ufw.py
+    ``diagnose_ufw`` for the cluster CIDR.
     """
-    live = fw.get("live") or {}
+    live = live or {}
+    if live.get("rc") is None and live.get("backend") is not None:
+        tool = "ufw" if live["backend"] == "ufw" else "nft"
+        return f"{live['backend']} is chosen but its tool ({tool}) is not installed"
     cluster = fw.get("cluster_cidr")
     interface = next((r.get("interface") for r in fw.get("rules") or [] if r.get("var") == "firewall_cluster_cidr"),
                      None)
@@ -37,19 +41,21 @@ def firewall_problem(fw: dict) -> str | None:
 
 
 def check_firewall(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
-    """firewall.rules, from intent ``firewall`` (None: role off).
+    """firewall.rules: intent ``firewall`` (None: role off) against facts ``firewall``.
 
     intent ``firewall``: {backend (ufw, nftables), cluster_cidr, rules [{from, port, proto,
-    interface, comment, var}], live: {rc, stdout} of ``ufw status verbose`` or
-    ``nft -j list table inet ncclprep``}. FAIL measures host -> why (``firewall_problem``);
+    interface, comment, var}]}. facts ``firewall``: {tools{ufw, nft}, backend, rc (None: the
+    tool is not installed), stdout} of ``ufw status verbose`` or ``nft -j list table inet
+    ncclprep`` (concern_facts.firewall). FAIL measures host -> why (``firewall_problem``);
     PASS measures host -> backend.
     """
-    rows = {h: intent_of(r, "firewall") for h, r in sorted(records.items()) if intent_of(r, "firewall")}
+    rows = {h: (intent_of(r, "firewall"), facts_of(r).get("firewall")) for h, r in sorted(records.items())
+            if intent_of(r, "firewall")}
     if not rows:
         return []
-    problems = {h: p for h, fw in rows.items() if (p := firewall_problem(fw))}
+    problems = {h: p for h, (fw, live) in rows.items() if (p := firewall_problem(fw, live))}
     return [verdict("firewall.rules", problems, expected="active, default deny incoming, cluster CIDR allowed",
                     message="firewall not as intended: " + "; ".join(f"{h}: {p}" for h, p in sorted(problems.items())),
                     remediation=f"re-run site.yml (role firewall) on {', '.join(sorted(problems))}",
                     passed=f"default deny incoming with the cluster allowed on {len(rows)} hosts",
-                    passed_measured={h: fw.get("backend") for h, fw in rows.items()}, passed_expected=None)]
+                    passed_measured={h: fw.get("backend") for h, (fw, _) in rows.items()}, passed_expected=None)]

@@ -42,8 +42,10 @@ class HostRecord(TypedDict):
 
     - ``alive``: False when the host failed or became unreachable during the run (it is no
       longer in ``ansible_play_hosts``); True otherwise.
-    - ``facts``: node_facts' ``ansible_facts.ncclprep`` (see library/node_facts.py RETURN),
-      or None when the host gave no facts (unreachable before the checks).
+    - ``facts``: ``ansible_facts.ncclprep``: what node_facts read (see library/node_facts.py
+      RETURN) and, under ``facts[<concern>]``, each concern's live state read by
+      concern_facts (module_utils/ncclprep/concern_facts.py); None when the host gave no
+      facts (unreachable before the checks). Checks compare ``intent[<concern>]`` with these.
     - ``intent``: concern name -> ``<name>_intent`` of that host (the desired state the
       concern's role computed, e.g. ``intent["sysctl_tuning"]`` the merged sysctl dict,
       ``intent["torch_runtime"]["version"]`` the pinned torch, ``intent["nic_mtu"]["mtu"]``

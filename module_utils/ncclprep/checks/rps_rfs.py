@@ -6,21 +6,22 @@ from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecor
 
 
 def check_queues(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
-    """Every rx queue of the data-plane NIC has the intended RPS CPUs and RFS flow count.
+    """Every rx queue of the NIC has the intended RPS CPUs and RFS flow count.
 
-    intent ``rps_rfs``: {cpus (CPU list, e.g. "0-15"), flow_cnt (flows per queue), ...},
-    None when the role is off. facts ``data_plane.rx_queues``: {rx-N: {rps_cpus, rps_flow_cnt}}.
-    FAIL measures host -> the queues that differ (or "no rx queues"); no check when no host
-    has both an intent and a data-plane interface.
+    intent ``rps_rfs``: {interface, queues, cpus (CPU list, e.g. "0-15"), mask, flow_cnt
+    (flows per queue)}, None when the role is off. facts ``rps_rfs``: {interface, exists,
+    queues: {rx-N: {rps_cpus (CPU list), rps_flow_cnt}}} (concern_facts.rps_rfs). FAIL
+    measures host -> the queues that differ (or "no rx queues"); no check when no host has
+    both an intent and those facts.
     """
     problems, checked = {}, 0
     for host, rec in sorted(records.items()):
         want = intent_of(rec, "rps_rfs")
-        dp = facts_of(rec).get("data_plane") or {}
-        if not want or not dp:
+        live = facts_of(rec).get("rps_rfs")
+        if not want or live is None:
             continue
         checked += 1
-        queues = dp.get("rx_queues") or {}
+        queues = live.get("queues") or {}
         wrong = {q: v for q, v in sorted(queues.items())
                  if v.get("rps_cpus") != want["cpus"] or v.get("rps_flow_cnt") != int(want["flow_cnt"])}
         if wrong or not queues:
