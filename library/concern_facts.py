@@ -20,8 +20,7 @@ options:
   concern:
     type: str
     required: true
-    choices: [nic_mtu, rps_rfs, numa_pinning, firewall, ssh_trust, nccl_env]
-    description: Which concern's state to read (module_utils/ncclprep/concern_facts.py has one reader each).
+    description: Which concern's state to read; valid are the keys of READERS in module_utils/ncclprep/concern_facts.py.
   into: {type: dict, default: {}, description: The current ansible_facts.ncclprep to add the concern to.}
   interface: {type: str, description: "Interface (nic_mtu, rps_rfs, numa_pinning: whose queues, MTU or IRQs)."}
   map_file: {type: path, description: numa_pinning's installed binding map to read.}
@@ -56,8 +55,7 @@ from ansible.module_utils.ncclprep import concern_facts as readers
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            concern=dict(type="str", required=True,
-                         choices=["nic_mtu", "rps_rfs", "numa_pinning", "firewall", "ssh_trust", "nccl_env"]),
+            concern=dict(type="str", required=True, choices=sorted(readers.READERS)),
             into=dict(type="dict", default={}),
             interface=dict(type="str"),
             map_file=dict(type="path"),
@@ -77,21 +75,10 @@ def main() -> None:
         return rc, out, err
 
     concern = p["concern"]
+    if concern == "numa_pinning" and not p["map_file"]:
+        module.fail_json(msg=f"{me}: concern=numa_pinning needs map_file")
     try:
-        if concern == "nic_mtu":
-            value = readers.nic_mtu(run, p["interface"], p["timeout"])
-        elif concern == "rps_rfs":
-            value = readers.rps_rfs(p["interface"])
-        elif concern == "numa_pinning":
-            if not p["map_file"]:
-                module.fail_json(msg=f"{me}: concern=numa_pinning needs map_file")
-            value = readers.numa_pinning(p["interface"], p["map_file"])
-        elif concern == "firewall":
-            value = readers.firewall(run, p["backend"], p["timeout"])
-        elif concern == "ssh_trust":
-            value = readers.ssh_trust(p["user"])
-        else:
-            value = readers.nccl_env()
+        value = readers.READERS[concern](run, p)
     except ValueError as exc:
         module.fail_json(msg=f"{me}: {concern}: {exc}")
     facts = dict(p["into"] or {})

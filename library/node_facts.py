@@ -30,7 +30,9 @@ options:
   into:
     type: dict
     default: {}
-    description: The current C(ansible_facts.ncclprep) (the concerns' facts from concern_facts), returned with these keys added.
+    description:
+      - The current C(ansible_facts.ncclprep) (the concerns' facts from concern_facts), returned with
+        these keys added.
 author: ncclprep contributors
 """
 

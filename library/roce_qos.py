@@ -38,6 +38,12 @@ options:
       - A named tool that is not on PATH is an error.
   sysfs_root: {type: path, default: /sys, description: Root of the sysfs tree to read and write (tests use a fake one).}
   timeout: {type: float, default: 10.0, description: Deadline in seconds for each command.}
+  into:
+    type: dict
+    description:
+      - The current C(ansible_facts.ncclprep). When given (the role's facts step, in check mode), the
+        result also sets C(ansible_facts.ncclprep.roce_qos) = C({ports, changes, unsupported, skipped,
+        skip_reason, tool}): the live state as a plan of what differs from the options.
 author: ncclprep contributors
 """
 
@@ -217,11 +223,20 @@ def main() -> None:
             tool=dict(type="str", default="auto", choices=["auto", *TOOLS]),
             sysfs_root=dict(type="path", default="/sys"),
             timeout=dict(type="float", default=10.0),
+            into=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     host = socket.gethostname()
+    def finish(**res) -> None:
+        """Exit; with into given (the facts step), the state read also goes to
+        ansible_facts.ncclprep.roce_qos."""
+        if p["into"] is not None:
+            facts = {k: res.get(k) for k in ("ports", "changes", "unsupported", "skipped", "skip_reason", "tool")}
+            res["ansible_facts"] = {"ncclprep": dict(p["into"], roce_qos=facts)}
+        module.exit_json(**res)
+
     if not 0 <= p["pfc_priority"] <= 7:
         module.fail_json(msg=f"{host}: pfc_priority={p['pfc_priority']} is outside 0..7")
     if p["timeout"] <= 0:
@@ -240,7 +255,7 @@ def main() -> None:
             module.fail_json(msg=f"{host}: interfaces: {', '.join(repr(b) for b in p['interfaces'])} "
                                  f"named, but this host has no RoCE port ({ib_root} {where}); "
                                  "valid here: [] (nothing to configure)", **result)
-        module.exit_json(**dict(result, skipped=True, skip_reason=f"no RoCE port: {ib_root} {where}"))
+        finish(**dict(result, skipped=True, skip_reason=f"no RoCE port: {ib_root} {where}"))
 
     drivers: dict = {}
     for port in ports:
@@ -257,7 +272,7 @@ def main() -> None:
         netdevs = list(drivers)
     if not netdevs:
         names = ", ".join(f"{q['device']}/{q['port']}" for q in ports)
-        module.exit_json(**dict(result, skipped=True,
+        finish(**dict(result, skipped=True,
                                 skip_reason=f"RoCE port(s) {names} have no netdev under {ib_root}/*/device/net"))
 
     found = {name: module.get_bin_path(name) for name in TOOLS}  # None when not on PATH (or /sbin dirs)
@@ -267,7 +282,7 @@ def main() -> None:
             module.fail_json(msg=f"{host}: tool={p['tool']}: {why}; on PATH: "
                                  f"{[n for n, path in found.items() if path] or 'neither dcb nor mlnx_qos'}",
                              **result)
-        module.exit_json(**dict(result, skipped=True,
+        finish(**dict(result, skipped=True,
                                 skip_reason=f"RoCE netdev(s) {', '.join(netdevs)} found but {why}"))
     result["tool"] = tool
 
@@ -292,7 +307,7 @@ def main() -> None:
     result["changed"] = any(result["changes"].values())
     result["diff"] = {"before": "".join(before), "after": "".join(after)}
     if module.check_mode or not result["changed"]:
-        module.exit_json(**result)
+        finish(**result)
 
     try:
         for netdev in netdevs:
@@ -308,7 +323,7 @@ def main() -> None:
                 raise StepError(f"{host}: {netdev}: after {tool} the state still differs: {what}")
     except StepError as exc:
         module.fail_json(msg=str(exc), **result)
-    module.exit_json(**result)
+    finish(**result)
 
 
 if __name__ == "__main__":

@@ -146,3 +146,16 @@ def nccl_env(procfs: str = "/proc") -> dict:
     except OSError:
         gpus = 0
     return {"gpus": gpus}
+
+
+# concern -> reader: the concerns whose state concern_facts reads (roce_qos reads its own,
+# in check mode, with the same ``into`` convention). tests/unit/test_registry.py holds this
+# against the registry's ``facts: true`` entries.
+READERS = {
+    "nic_mtu": lambda run, p: nic_mtu(run, p["interface"], p["timeout"]),
+    "rps_rfs": lambda run, p: rps_rfs(p["interface"]),
+    "numa_pinning": lambda run, p: numa_pinning(p["interface"], p["map_file"]),
+    "firewall": lambda run, p: firewall(run, p["backend"], p["timeout"]),
+    "ssh_trust": lambda run, p: ssh_trust(p["user"]),
+    "nccl_env": lambda run, p: nccl_env(),
+}

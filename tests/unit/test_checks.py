@@ -339,17 +339,21 @@ def test_numa_irq_affinity_is_compared_as_cpu_sets_and_an_unreadable_one_is_off(
     assert c["status"] == "FAIL" and c["hosts"] == ["node3"] and c["measured"] == {"node3": {"120": None}}
 
 
-def _roce(changes=None, skipped=False):
-    return {"ports": [] if skipped else [{"device": "mlx5_0", "port": 1, "netdev": "ens1np0"}],
-            "changes": changes or {}, "unsupported": {}, "skipped": skipped,
-            "skip_reason": "no RoCE port: /sys/class/infiniband does not exist" if skipped else None,
-            "tool": None if skipped else "dcb", "priority": 3, "trust": "dscp", "ecn": True}
+def _roce(rec, changes=None, skipped=False):
+    """The roce_qos intent (variables only) and facts (the module's read) of one host record."""
+    rec["intent"]["roce_qos"] = {"interfaces": [], "priority": 3, "trust": "dscp", "ecn": True, "tool": "auto"}
+    rec["facts"]["roce_qos"] = {
+        "ports": [] if skipped else [{"device": "mlx5_0", "port": 1, "netdev": "ens1np0"}],
+        "changes": changes or {}, "unsupported": {}, "skipped": skipped,
+        "skip_reason": "no RoCE port: /sys/class/infiniband does not exist" if skipped else None,
+        "tool": None if skipped else "dcb"}
+    return rec
 
 
 def test_roce_skipped_everywhere_is_skip_with_reason():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["roce_qos"] = _roce(skipped=True)
+        _roce(recs[h], skipped=True)
     check = by_id(evaluate(recs, HOSTS))["roce.qos"]
     assert check["status"] == "SKIP"
     assert check["message"] == "not applicable: no RoCE port: /sys/class/infiniband does not exist"
@@ -358,8 +362,8 @@ def test_roce_skipped_everywhere_is_skip_with_reason():
 def test_roce_pending_change_fails_naming_host_and_netdev():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["roce_qos"] = _roce()
-    recs["node2"]["intent"]["roce_qos"]["changes"] = {
+        _roce(recs[h])
+    recs["node2"]["facts"]["roce_qos"]["changes"] = {
         "ens1np0": [{"what": "pfc", "from": {"3": False}, "to": {"3": True}},
                     {"what": "trust", "from": "pcp", "to": "dscp"}]}
     check = by_id(evaluate(recs, HOSTS))["roce.qos"]
@@ -371,7 +375,7 @@ def test_roce_pending_change_fails_naming_host_and_netdev():
 def test_roce_managed_hosts_pass_and_name_hosts_without_roce():
     recs = healthy()
     for h in HOSTS:
-        recs[h]["intent"]["roce_qos"] = _roce(skipped=(h == "node3"))
+        _roce(recs[h], skipped=(h == "node3"))
     check = by_id(evaluate(recs, HOSTS))["roce.qos"]
     assert check["status"] == "PASS"
     assert check["measured"] == {"node1": ["ens1np0"], "node2": ["ens1np0"]}
@@ -565,7 +569,8 @@ def test_evaluate_runs_every_registry_entry_in_order_with_its_records(monkeypatc
 def test_report_order_and_ids_are_the_registry_order():
     rec = healthy()
     for h in HOSTS:
-        rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1}, roce_qos=_roce())
+        rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1})
+        _roce(rec[h])
         rec[h]["facts"]["rps_rfs"] = _rx_queues({"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 1}})
         _fw(_numa(rec[h]))
         rec[h]["ssh"] = _ssh(h)

@@ -121,3 +121,11 @@ def test_no_second_place_lists_the_concerns():
         if len(named) >= 3:
             offenders[rel] = named
     assert offenders == {}
+
+
+def test_every_concern_with_facts_has_a_reader():
+    from ansible.module_utils.ncclprep.concern_facts import READERS
+
+    with_facts = {c["name"] for c in CONCERNS if c["facts"]}
+    # roce_qos reads its own state with its module in check mode (into ansible_facts.ncclprep.roce_qos)
+    assert set(READERS) == with_facts - {"roce_qos"}

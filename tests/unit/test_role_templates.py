@@ -35,9 +35,10 @@ def render(role: str, name: str, tmp_path, **variables) -> str:
 def roce_vars(tool: str, unsupported=None, interfaces=()):
     return dict(
         roce_qos_pfc_priority=3, roce_qos_trust="dscp", roce_qos_ecn=True, roce_qos_interfaces=list(interfaces),
-        roce_qos_intent={"tool": tool, "unsupported": unsupported or {},
-                         "ports": [{"device": "mlx5_0", "port": 1, "netdev": "ens1f0np0"},
-                                   {"device": "mlx5_1", "port": 1, "netdev": "ens1f1np1"}]})
+        ansible_facts={"ncclprep": {"roce_qos": {
+            "tool": tool, "unsupported": unsupported or {},
+            "ports": [{"device": "mlx5_0", "port": 1, "netdev": "ens1f0np0"},
+                      {"device": "mlx5_1", "port": 1, "netdev": "ens1f1np1"}]}}})
 
 
 def commands(script: str) -> list[str]:

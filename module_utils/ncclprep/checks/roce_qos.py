@@ -6,6 +6,7 @@ from ansible.module_utils.ncclprep.checks.model import (
     Check,
     Context,
     HostRecord,
+    facts_of,
     intent_of,
     majority,
     make_check,
@@ -14,15 +15,18 @@ from ansible.module_utils.ncclprep.checks.model import (
 
 
 def check_roce(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
-    """roce.qos, from intent ``roce_qos`` (None: role off).
+    """roce.qos: intent ``roce_qos`` (None: role off) against facts ``roce_qos``.
 
-    intent ``roce_qos``: the roce_qos module's check-mode result {ports [{device, port,
-    netdev}], changes{netdev: [{what, from, to}]}, unsupported, skipped, skip_reason,
-    priority, trust, ...}. FAIL names each host with a pending change (message: host and
-    netdev with what would change); PASS measures host -> managed netdevs and names the hosts
-    without RoCE; SKIP (with the most common reason) when no host has a RoCE port to manage.
+    intent ``roce_qos``: {interfaces, priority, trust, ecn, tool} (the role's variables).
+    facts ``roce_qos``: the roce_qos module's read in check mode {ports [{device, port,
+    netdev}], changes{netdev: [{what, from, to}]} (what differs from the intent now),
+    unsupported, skipped, skip_reason, tool}. FAIL names each host with a pending change
+    (message: host and netdev with what would change); PASS measures host -> managed netdevs
+    and names the hosts without RoCE; SKIP (with the most common reason) when no host has a
+    RoCE port to manage.
     """
-    rows = {h: intent_of(r, "roce_qos") for h, r in sorted(records.items()) if intent_of(r, "roce_qos")}
+    wanted = {h: intent_of(r, "roce_qos") for h, r in sorted(records.items()) if intent_of(r, "roce_qos")}
+    rows = {h: facts_of(records[h]).get("roce_qos") for h in wanted if facts_of(records[h]).get("roce_qos")}
     if not rows:
         return []
     pending = {h: {dev: [c["what"] for c in ch] for dev, ch in (n.get("changes") or {}).items() if ch}
@@ -32,7 +36,7 @@ def check_roce(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     skipped = {h: n.get("skip_reason") for h, n in rows.items() if n.get("skipped")}
     if not pending and not managed:
         return [make_check("roce.qos", "SKIP", measured=skipped, message="not applicable: " + majority(skipped))]
-    first = next(iter(rows.values()))
+    first = wanted[next(iter(rows))]
     note = f"; no RoCE on {', '.join(sorted(skipped))}" if skipped else ""
     return [verdict(
         "roce.qos", pending, measured={h: rows[h].get("changes") for h in pending},
