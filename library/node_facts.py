@@ -53,9 +53,8 @@ ansible_facts:
   contains:
     ncclprep:
       description: "hostname, versions{kernel, python, torch, torch_cuda, torch_nccl},
-        interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate,
-        rx_queues{rx-N: {rps_cpus (CPU list), rps_flow_cnt}}} or null,
-        sysctl{key: {value, writable}}, names[{host, name, expected, addresses, reachable, error}],
+        interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
+        sysctl_tuning{key: {value, writable}}, host_names[{host, name, expected, addresses, reachable, error}],
         hostinfo (below)"
       type: dict
       contains:
@@ -78,7 +77,6 @@ import platform
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
 from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
@@ -124,25 +122,6 @@ def interfaces(module: AnsibleModule) -> dict:
                                       if "local" in a]
         except (ValueError, KeyError, TypeError):
             pass
-    return out
-
-
-def rx_queues(iface: str) -> dict:
-    """RPS CPUs (as a CPU list) and RFS flow count of every rx queue of ``iface``."""
-    base = f"/sys/class/net/{iface}/queues"
-    out = {}
-    try:
-        names = sorted(n for n in os.listdir(base) if n.startswith("rx-"))
-    except OSError:
-        return out
-    for name in names:
-        mask = _read(f"{base}/{name}/rps_cpus")
-        cnt = _read(f"{base}/{name}/rps_flow_cnt")
-        try:
-            cpus = format_cpulist(mask_to_cpus(mask)) if mask is not None else None
-        except ValueError:
-            cpus = None
-        out[name] = {"rps_cpus": cpus, "rps_flow_cnt": int(cnt) if cnt and cnt.isdigit() else None}
     return out
 
 
@@ -235,7 +214,7 @@ def main() -> None:
     if found:
         name, address = found
         data_plane = {"interface": name, "address": address, "mtu": ifaces[name]["mtu"],
-                      "operstate": ifaces[name]["operstate"], "rx_queues": rx_queues(name)}
+                      "operstate": ifaces[name]["operstate"]}
 
     live = read_live(p["sysctl_keys"])
     sysctl = {key: {"value": value,
@@ -248,8 +227,8 @@ def main() -> None:
         "interfaces": ifaces,
         "data_plane": data_plane,
         "cidr": p["cidr"],
-        "sysctl": sysctl,
-        "names": resolve(p["names"], p["connect_port"], p["timeout"]),
+        "sysctl_tuning": sysctl,
+        "host_names": resolve(p["names"], p["connect_port"], p["timeout"]),
         # read-only tools that may be absent (None then); each command under its own deadline
         "hostinfo": collect_hostinfo(subprocess_runner, module.get_bin_path, max(p["timeout"], 10.0), me),
     }

@@ -41,10 +41,10 @@ def healthy():
                 "data_plane": {"interface": "eth0", "address": f"10.0.0.{i + 1}", "mtu": 1500, "operstate": "up"},
                 "interfaces": {"lo": {"mtu": 65536, "operstate": "unknown", "addresses": ["127.0.0.1/8"]},
                                "eth0": {"mtu": 1500, "operstate": "up", "addresses": [f"10.0.0.{i + 1}/24"]}},
-                "sysctl": {"net.core.somaxconn": {"value": "65535", "writable": True},
+                "sysctl_tuning": {"net.core.somaxconn": {"value": "65535", "writable": True},
                            "net.ipv4.tcp_rmem": {"value": "4096 131072 268435456", "writable": True},
                            "net.core.netdev_budget": {"value": None, "writable": False}},
-                "names": [{"host": o, "name": o, "expected": f"10.0.0.{j + 1}", "addresses": [f"10.0.0.{j + 1}"],
+                "host_names": [{"host": o, "name": o, "expected": f"10.0.0.{j + 1}", "addresses": [f"10.0.0.{j + 1}"],
                            "reachable": True, "error": None} for j, o in enumerate(HOSTS)],
             },
             "alive": True,
@@ -80,7 +80,7 @@ def test_healthy_cluster_passes_with_no_false_positive():
 
 def test_somaxconn_fault_on_node2_names_node2_and_the_key():
     rec = healthy()
-    rec["node2"]["facts"]["sysctl"]["net.core.somaxconn"]["value"] = "128"
+    rec["node2"]["facts"]["sysctl_tuning"]["net.core.somaxconn"]["value"] = "128"
     checks = evaluate(rec, HOSTS)
     bad = [c for c in checks if c["status"] in ("FAIL", "HANG")]
     assert [c["id"] for c in bad] == ["sysctl.net.core.somaxconn"]
@@ -94,7 +94,7 @@ def test_somaxconn_fault_on_node2_names_node2_and_the_key():
 def test_read_only_host_global_value_is_skip_not_fail():
     rec = healthy()
     for h in HOSTS:
-        rec[h]["facts"]["sysctl"]["net.core.somaxconn"] = {"value": "4096", "writable": False}
+        rec[h]["facts"]["sysctl_tuning"]["net.core.somaxconn"] = {"value": "4096", "writable": False}
     c = by_id(evaluate(rec, HOSTS))["sysctl.net.core.somaxconn"]
     assert c["status"] == "SKIP"
 
@@ -106,7 +106,7 @@ def test_untuned_host_case_fails_every_undersized_key(case):
         intent = yaml.safe_load(fh)["sysctl_tuning_settings"]
     rec = healthy()
     rec["node1"]["intent"]["sysctl_tuning"] = intent
-    rec["node1"]["facts"]["sysctl"] = {k: {"value": values.get(k), "writable": k in values} for k in intent}
+    rec["node1"]["facts"]["sysctl_tuning"] = {k: {"value": values.get(k), "writable": k in values} for k in intent}
     checks = [c for c in evaluate({"node1": rec["node1"]}, ["node1"]) if c["id"].startswith("sysctl.")]
     failed = sorted(c["id"][len("sysctl."):] for c in checks if c["status"] == "FAIL")
     assert failed == sorted([
@@ -123,7 +123,7 @@ def test_untuned_host_case_fails_every_undersized_key(case):
 
 def test_unresolvable_rank0_name_on_node3_is_blamed_on_node3():
     rec = healthy()
-    rec["node3"]["facts"]["names"][0].update(addresses=[], reachable=None,
+    rec["node3"]["facts"]["host_names"][0].update(addresses=[], reachable=None,
                                              error="cannot resolve: [Errno -2] Name or service not known")
     c = by_id(evaluate(rec, HOSTS))["names.resolve"]
     assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
@@ -133,7 +133,7 @@ def test_unresolvable_rank0_name_on_node3_is_blamed_on_node3():
 def test_name_that_resolves_but_does_not_answer_blames_the_target():
     rec = healthy()
     for h in ("node1", "node2"):
-        row = rec[h]["facts"]["names"][2]
+        row = rec[h]["facts"]["host_names"][2]
         row.update(reachable=False, error="10.0.0.3:22 unreachable: timed out")
     ids = by_id(evaluate(rec, HOSTS))
     assert ids["names.resolve"]["status"] == "PASS"

@@ -38,8 +38,8 @@ def test_module_gets_module_utils_shipped_by_ansible():
     assert res["changed"] is False
     assert facts["data_plane"]["interface"] == "lo" and facts["data_plane"]["address"] == "127.0.0.1"
     with open("/proc/sys/net/core/somaxconn") as fh:
-        assert facts["sysctl"]["net.core.somaxconn"]["value"] == fh.read().strip()
-    row = facts["names"][0]
+        assert facts["sysctl_tuning"]["net.core.somaxconn"]["value"] == fh.read().strip()
+    row = facts["host_names"][0]
     assert row["name"] == "localhost" and "127.0.0.1" in row["addresses"] and row["reachable"] is True
     assert facts["versions"]["torch"].startswith("2.13.0")
 

@@ -153,7 +153,7 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     facts = {"hostname": "fake1", "versions": {"torch": "2.13.0+cpu"},
              "data_plane": {"interface": "lo", "address": "127.0.0.1", "mtu": 65536, "operstate": "unknown"},
              "interfaces": {"lo": {"mtu": 65536, "operstate": "unknown", "addresses": ["127.0.0.1/8"]}},
-             "sysctl": {"net.core.somaxconn": {"value": "4096", "writable": True}}, "names": []}
+             "sysctl_tuning": {"net.core.somaxconn": {"value": "4096", "writable": True}}, "host_names": []}
     setup = [
         {"name": "Give fake1 node facts", "when": "inventory_hostname == 'fake1'",
          "ansible.builtin.set_fact": {"ncclprep": facts, "cacheable": True}},

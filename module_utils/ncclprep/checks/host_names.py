@@ -17,7 +17,7 @@ def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """
     resolve, reach, resolve_hosts, reach_hosts, rows = [], [], set(), set(), 0
     for host, rec in sorted(records.items()):
-        for row in facts_of(rec).get("names") or []:
+        for row in facts_of(rec).get("host_names") or []:
             rows += 1
             if row.get("error") and not row.get("addresses"):
                 resolve.append(f"on {host}: {row['name']} {row['error']}")

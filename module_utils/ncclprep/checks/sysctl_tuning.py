@@ -34,7 +34,7 @@ def check_sysctl(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                 continue
             want = normalize(intent[key])
             expected[host] = want
-            live = (facts_of(rec).get("sysctl") or {}).get(key) or {}
+            live = (facts_of(rec).get("sysctl_tuning") or {}).get(key) or {}
             value = live.get("value")
             measured[host] = value
             if value is None:
