@@ -129,3 +129,23 @@ def test_every_concern_with_facts_has_a_reader():
     with_facts = {c["name"] for c in CONCERNS if c["facts"]}
     # roce_qos reads its own state with its module in check mode (into ansible_facts.ncclprep.roce_qos)
     assert set(READERS) == with_facts - {"roce_qos"}
+
+
+def _uses_data_plane(role: str) -> bool:
+    pattern = re.compile(r"\bdata_plane(\.|_members\b|_cidr\b)")
+    for path in glob.glob(os.path.join(REPO, "roles", role, "tasks", "*.yml")) + \
+            glob.glob(os.path.join(REPO, "roles", role, "templates", "*")):
+        with open(path, encoding="utf-8") as fh:
+            if pattern.search(fh.read()):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("concern", CONCERNS, ids=NAMES)
+def test_a_role_that_reads_the_data_plane_or_the_members_depends_on_data_plane(concern):
+    meta = load(os.path.join(REPO, "roles", concern["name"], "meta", "main.yml"))
+    deps = [d if isinstance(d, str) else d.get("role") for d in meta.get("dependencies") or []]
+    assert _uses_data_plane(concern["name"]) == ("data_plane" in deps), \
+        f"{concern['name']}: uses data_plane: {_uses_data_plane(concern['name'])}, meta dependencies: {deps}"
+    if concern["data_plane"]:
+        assert "data_plane" in deps
