@@ -3,7 +3,7 @@
 Layout under ``base``: ``<UTC timestamp>/cluster.json``, ``<ts>/hosts/<host>.json``,
 ``<ts>/summary.md`` and the symlink ``latest`` -> ``<ts>``. ``cluster.json`` holds
 ``schema_version``, ``status``, ``generated_at``, ``hosts``, ``checks`` (see
-checks.py) and ``collectives`` (checks.summarize_collectives).
+the checks package) and ``collectives`` (checks.summarize_collectives).
 """
 
 from __future__ import annotations
