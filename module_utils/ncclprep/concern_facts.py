@@ -18,20 +18,13 @@ from collections.abc import Callable
 
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
 from ansible.module_utils.ncclprep.numa import read_affinity, read_topology
+from ansible.module_utils.ncclprep.sysfs import read_text
 
 Runner = Callable[[list, float], tuple]
 
 UFW = "/usr/sbin/ufw"
 NFT = "/usr/sbin/nft"
 BACKENDS = ("auto", "ufw", "nftables")
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def choose_firewall_backend(requested: str, have_ufw: bool, have_nft: bool) -> str:
@@ -101,17 +94,17 @@ def rps_rfs(interface: str | None, sysfs: str = "/sys") -> dict:
     except OSError:
         names, exists = [], False
     for name in names:
-        mask = _read(os.path.join(base, name, "rps_cpus"))
-        cnt = _read(os.path.join(base, name, "rps_flow_cnt"))
+        mask = read_text(os.path.join(base, name, "rps_cpus"))
+        cnt = read_text(os.path.join(base, name, "rps_flow_cnt"))
         try:
             cpus = format_cpulist(mask_to_cpus(mask)) if mask is not None else None
         except ValueError:
             cpus = None
         queues[name] = {"rps_cpus": cpus, "rps_flow_cnt": int(cnt) if cnt and cnt.isdigit() else None}
     return {"interface": interface, "exists": bool(interface) and exists, "queues": queues,
-            "local_cpus": _read(os.path.join(sysfs, "class/net", interface or "-", "device/local_cpulist")) or None,
-            "online_cpus": _read(os.path.join(sysfs, "devices/system/cpu/online")),
-            "possible_cpus": _read(os.path.join(sysfs, "devices/system/cpu/possible"))}
+            "local_cpus": read_text(os.path.join(sysfs, "class/net", interface or "-", "device/local_cpulist")) or None,
+            "online_cpus": read_text(os.path.join(sysfs, "devices/system/cpu/online")),
+            "possible_cpus": read_text(os.path.join(sysfs, "devices/system/cpu/possible"))}
 
 
 def numa_pinning(interface: str | None, map_file: str, sysfs: str = "/sys", procfs: str = "/proc") -> dict:
@@ -121,7 +114,7 @@ def numa_pinning(interface: str | None, map_file: str, sysfs: str = "/sys", proc
     """
     topo = read_topology(sysfs)
     nic = (topo.get("nics") or {}).get(interface or "") or {}
-    text = _read(map_file)
+    text = read_text(map_file)
     installed = None
     if text is not None:
         installed = "\n".join(line for line in text.splitlines() if not line.startswith("#"))

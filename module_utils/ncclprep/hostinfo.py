@@ -37,6 +37,7 @@ from ansible.module_utils.ncclprep.parsers.netplan import diagnose_netplan, pars
 from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, parse_numactl_hardware
 from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, parse_topo
 from ansible.module_utils.ncclprep.roce import find_roce_ports
+from ansible.module_utils.ncclprep.sysfs import read_text
 
 Runner = Callable[[list, float], tuple]
 Which = Callable[[str], "str | None"]
@@ -104,14 +105,6 @@ def _tool_reading(runner: Runner, which: Which, argv: list, timeout: float,
     return _reading(source, data=data, findings=diagnose(data))
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def _int(text: str | None) -> int | None:
     try:
         return int(text, 0) if text is not None else None
@@ -142,17 +135,17 @@ def read_ib_sysfs(sysfs: str = "/sys") -> list[dict]:
             continue
         for name in names:
             base = os.path.join(root, dev, "ports", name)
-            coded = {key: _read(os.path.join(base, key)) for key in ("state", "phys_state")}
+            coded = {key: read_text(os.path.join(base, key)) for key in ("state", "phys_state")}
             for key, value in coded.items():
                 m = _CODED_RE.match(value or "")
                 coded[key] = m.group(1) if m else value
-            rate = _RATE_RE.match(_read(os.path.join(base, "rate")) or "")
+            rate = _RATE_RE.match(read_text(os.path.join(base, "rate")) or "")
             ports.append({"device": dev, "port": int(name), "state": coded["state"],
                           "physical_state": coded["phys_state"],
                           "rate_gbps": float(rate.group(1)) if rate else None,
-                          "link_layer": _read(os.path.join(base, "link_layer")) or None,
-                          "base_lid": _int(_read(os.path.join(base, "lid"))),
-                          "sm_lid": _int(_read(os.path.join(base, "sm_lid")))})
+                          "link_layer": read_text(os.path.join(base, "link_layer")) or None,
+                          "base_lid": _int(read_text(os.path.join(base, "lid"))),
+                          "sm_lid": _int(read_text(os.path.join(base, "sm_lid")))})
     return ports
 
 

@@ -245,14 +245,7 @@ def irq_affinity_plan(topology: dict, interface: str, cpus: str, current: dict) 
     if not plan["irqs"]:
         plan["reason"] = f"no IRQs: {interface} ({nic['pci']}) has no MSI IRQs in sysfs"
         return plan
-    for irq in plan["irqs"]:
-        now = current.get(irq, current.get(str(irq)))
-        try:
-            same = now is not None and set(parse_cpulist(now)) == want
-        except ValueError:
-            same = False
-        if not same:
-            plan["change"].append(irq)
+    plan["change"] = irqs_off(plan, current)
     return plan
 
 

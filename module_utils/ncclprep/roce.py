@@ -35,25 +35,11 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.ncclprep.parsers import PRIORITIES
+from ansible.module_utils.ncclprep.sysfs import list_dir, read_text
 
 TOOLS = ("dcb", "mlnx_qos")
 ECN_KINDS = {"ecn_np": "roce_np", "ecn_rp": "roce_rp"}
 MLX5_DRIVERS = ("mlx5_core",)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
 
 
 def _port_netdev(dev_dir: str, port: int) -> str | None:
@@ -63,11 +49,11 @@ def _port_netdev(dev_dir: str, port: int) -> str | None:
     both ports' netdevs there) the one whose ``dev_port`` is ``port - 1`` wins (netdev
     ``dev_port`` is 0-based, RDMA ports 1-based: Documentation/ABI/testing/sysfs-class-net).
     """
-    names = _listdir(os.path.join(dev_dir, "device", "net"))
+    names = list_dir(os.path.join(dev_dir, "device", "net"))
     if len(names) <= 1:
         return names[0] if names else None
     for name in names:
-        dev_port = _read(os.path.join(dev_dir, "device", "net", name, "dev_port"))
+        dev_port = read_text(os.path.join(dev_dir, "device", "net", name, "dev_port"))
         if dev_port is not None and dev_port.isdigit() and int(dev_port) == port - 1:
             return name
     return None
@@ -84,20 +70,20 @@ def list_rdma_ports(sysfs: str = "/sys") -> list[dict]:
     """
     root = os.path.join(sysfs, "class", "infiniband")
     ports: list[dict] = []
-    for dev in _listdir(root):
+    for dev in list_dir(root):
         dev_dir = os.path.join(root, dev)
         driver_link = os.path.join(dev_dir, "device", "driver")
         driver = os.path.basename(os.path.realpath(driver_link)) if os.path.exists(driver_link) else None
-        for name in _listdir(os.path.join(dev_dir, "ports")):
+        for name in list_dir(os.path.join(dev_dir, "ports")):
             if not name.isdigit():
                 continue
             port_dir = os.path.join(dev_dir, "ports", name)
-            state = _read(os.path.join(port_dir, "state"))
+            state = read_text(os.path.join(port_dir, "state"))
             if state is not None and ":" in state:
                 state = state.split(":", 1)[1].strip()
             ports.append({"device": dev, "port": int(name),
                           "netdev": _port_netdev(dev_dir, int(name)),
-                          "link_layer": _read(os.path.join(port_dir, "link_layer")) or None,
+                          "link_layer": read_text(os.path.join(port_dir, "link_layer")) or None,
                           "state": state or None, "driver": driver})
     ports.sort(key=lambda p: (p["device"], p["port"]))
     return ports
@@ -129,7 +115,7 @@ def read_ecn(netdev: str, sysfs: str = "/sys") -> dict:
             continue
         values = {}
         for prio in PRIORITIES:
-            raw = _read(os.path.join(base, str(prio)))
+            raw = read_text(os.path.join(base, str(prio)))
             values[prio] = {"1": True, "0": False}.get(raw) if raw is not None else None
         out[what] = values
     return out
