@@ -1,15 +1,71 @@
 #!/usr/bin/env bash
-# Install the test dependencies and run every test: lint, unit tests, and the
-# integration test on a 3-node local cluster (podman; builds the image once).
-# Usage: scripts/test.sh [pytest args]
+# Install the test dependencies and run the tests, in tiers:
+#   scripts/test.sh            everything: ruff, ansible-lint, unit tests, every role's
+#                              Molecule scenario, the integration test on a 3-node local
+#                              cluster (podman; builds the node image once)
+#   scripts/test.sh --quick    ruff, ansible-lint and the unit tests only (no podman), to iterate
+#   scripts/test.sh [--quick] PYTEST_ARGS...
+#                              the linters, then one pytest run with those arguments
+#                              (e.g. tests/molecule -k sysctl_tuning)
+# Every run ends with the duration of each phase (and of each Molecule step and
+# integration command, when those ran).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
-scripts/bootstrap.sh --test
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+
+phases=()
+timings="$(mktemp "${TMPDIR:-/tmp}/ncclprep-timings.XXXXXX")"
+export NCCLPREP_TIMINGS="$timings"
+run_start=$SECONDS
+summary() {
+  local rc=$?
+  trap - EXIT
+  echo
+  echo "== durations"
+  if [ -s "$timings" ]; then
+    # per Molecule step and integration command, then per phase
+    awk -F'\t' '{ printf "  %-12s %-58s %7.1f s\n", $1, $2, $3 }' "$timings"
+    awk -F'\t' '$1 == "molecule" { split($2, a, " "); s[a[1]] += $3 }
+                END { for (r in s) printf "  %-12s %-58s %7.1f s\n", "molecule", r " (scenario, all steps)", s[r] }' \
+      "$timings" | sort -k2
+    echo "  ----"
+  fi
+  local p
+  for p in "${phases[@]}"; do printf '  %-71s %5d s\n' "${p% *}" "${p##* }"; done
+  printf '  %-71s %5d s  (%d min %02d s)\n' "total" $((SECONDS - run_start)) \
+    $(((SECONDS - run_start) / 60)) $(((SECONDS - run_start) % 60))
+  if [ "$rc" -eq 0 ]; then echo "== all passed"; else echo "== FAILED (exit $rc): ${failed[*]:-}"; fi
+  rm -f "$timings"
+  exit "$rc"
+}
+trap summary EXIT
+
+# phase NAME COMMAND...: run one phase and remember how long it took (also when it fails)
+failed=()
+phase() {
+  local name="$1" start=$SECONDS rc=0
+  shift
+  echo "== $name"
+  "$@" || rc=$?
+  if [ "$rc" -ne 0 ]; then failed+=("$name"); name="$name [FAILED]"; fi
+  phases+=("$name $((SECONDS - start))")
+  return "$rc"
+}
+
+phase bootstrap scripts/bootstrap.sh --test
 . scripts/env.sh
-echo "== ruff"
-ruff check module_utils library filter_plugins src tests
-echo "== ansible-lint (profile production)"
-ansible-lint
-echo "== pytest"
-python -m pytest "$@"
+phase ruff ruff check module_utils library filter_plugins src tests
+phase "ansible-lint (profile production)" ansible-lint
+if [ $# -gt 0 ]; then
+  phase "pytest $*" python -m pytest --durations=15 "$@"
+  exit 0
+fi
+# The pytest tiers by marker (pyproject.toml): a failing one does not stop the next.
+phase "unit tests" python -m pytest -m "not molecule and not integration" --durations=10 || true
+if [ "$quick" -eq 0 ]; then
+  phase "molecule (every role's scenario)" python -m pytest -m molecule --durations=0 || true
+  phase "integration (3-node local cluster)" python -m pytest -m integration --durations=0 || true
+fi
+[ ${#failed[@]} -eq 0 ]

@@ -28,3 +28,20 @@ def case():
             return fh.read()
 
     return read
+
+
+@pytest.fixture(scope="session")
+def timings():
+    """Return a function that records how long one step took: ``timings(phase, name, seconds)``.
+
+    Appends ``phase<TAB>name<TAB>seconds`` to the file named by $NCCLPREP_TIMINGS (scripts/test.sh
+    prints them in its closing summary); does nothing when that variable is unset.
+    """
+    path = os.environ.get("NCCLPREP_TIMINGS")
+
+    def record(phase: str, name: str, seconds: float) -> None:
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(f"{phase}\t{name}\t{seconds:.1f}\n")
+
+    return record
