@@ -1,8 +1,13 @@
 """End to end on a 3-node local podman cluster: site.yml, idempotence, validate.yml
-all PASS, then a somaxconn fault on node2 that validate.yml must catch and name.
+all PASS, bad input refused before any change, an MTU that cuts nodes off rolled
+back, then faults that validate.yml must catch and name.
 
 Slow (minutes): brings the cluster up itself (scripts/local_cluster.sh), tears it
 down afterwards unless NCCLPREP_KEEP_CLUSTER=1. Skipped where podman is missing.
+Every test shares the one provisioned cluster: the bad-input runs (read-only, each
+asserted to change nothing) run a few at a time, and the faults that different
+checks must name are injected together and read by one validate.yml run. Each
+command's duration is recorded (tests/conftest.py, NCCLPREP_TIMINGS).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -37,9 +44,20 @@ def env() -> dict:
     return e
 
 
+def record(name: str, seconds: float) -> None:
+    """Append one command's duration to $NCCLPREP_TIMINGS (scripts/test.sh prints them)."""
+    path = os.environ.get("NCCLPREP_TIMINGS")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"integration\t{name}\t{seconds:.1f}\n")
+
+
 def run(cmd: list[str], timeout: int, input: str | None = None) -> subprocess.CompletedProcess:
+    start = time.monotonic()
     out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout, input=input)
     sys.stdout.write(f"$ {' '.join(cmd)} -> {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-2000:]}\n")
+    if cmd[0].endswith(("ansible-playbook", "local_cluster.sh")):
+        record(" ".join(os.path.basename(c) if os.path.isabs(c) else c for c in cmd)[:58], time.monotonic() - start)
     return out
 
 
@@ -124,7 +142,7 @@ def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster,
     assert ar["status"] == "PASS" and ar["measured"]["world_size"] == 3 and ar["measured"]["busbw_gbps"] > 0
 
 
-@pytest.mark.parametrize("extra,message", [
+BAD_INPUT = [
     ('{"sysctl_tuning_overrides": {"net.ipv4.tcp_congestion_control": "brr"}}',
      "node1: net.ipv4.tcp_congestion_control='brr': congestion control 'brr' is not offered"),
     ("data_plane_cidr=10.99.0.0/24", "node2: no interface has an address in data_plane_cidr='10.99.0.0/24'"),
@@ -141,9 +159,28 @@ def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster,
     ('{"roce_qos_interfaces": ["eth0"]}', "interfaces: 'eth0' named, but this host has no RoCE port"),
     ("firewall_cluster_cidr=10.77.29.128/25",
      "node1: firewall_cluster_cidr=10.77.29.128/25 does not hold the data-plane address of node1 (10.77.29.11)"),
-])
-def test_bad_input_fails_before_any_change(cluster, extra, message):
-    bad = run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e", extra], timeout=600)
+]
+# site.yml runs at once for the bad-input cases: they change nothing (each asserts it)
+BAD_INPUT_WORKERS = 3
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(cluster):
+    """site.yml with each bad input, a few at a time: {extra: CompletedProcess}."""
+    def site(extra):
+        return extra, run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e", extra],
+                          timeout=600)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=BAD_INPUT_WORKERS) as pool:
+        runs = dict(pool.map(site, [extra for extra, _ in BAD_INPUT]))
+    record(f"site.yml with the {len(BAD_INPUT)} bad inputs, {BAD_INPUT_WORKERS} at once", time.monotonic() - start)
+    return runs
+
+
+@pytest.mark.parametrize("extra,message", BAD_INPUT)
+def test_bad_input_fails_before_any_change(bad_input_runs, extra, message):
+    bad = bad_input_runs[extra]
     assert bad.returncode != 0
     assert message in bad.stdout
     # refused by the checking play: the provisioning play never started
@@ -165,42 +202,37 @@ def test_mtu_that_cuts_nodes_off_is_rolled_back(cluster):
         assert mtu.stdout.strip() == "4096", n
 
 
-def test_somaxconn_fault_on_node2_is_caught_and_named(cluster, tmp_path_factory):
-    fault = run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=128"], timeout=60)
-    assert fault.returncode == 0
+def test_somaxconn_on_node2_firewall_off_on_node1_and_key_refused_by_node3_are_named(cluster, tmp_path_factory):
+    """Three faults on three nodes, read by one validate.yml: net.core.somaxconn=128 on node2,
+    ufw disabled on node1, the cluster key dropped from node3's authorized_keys. Exactly
+    sysctl.net.core.somaxconn [node2], firewall.rules [node1] and ssh.trust [node1 -> node3,
+    node2 -> node3] FAIL; every other check still passes."""
+    keys = run(["podman", "exec", "ncclprep-node3", "cat", "/root/.ssh/authorized_keys"], timeout=60)
+    assert keys.returncode == 0 and "ncclprep cluster key" in keys.stdout
     try:
+        assert run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=128"],
+                   timeout=60).returncode == 0
+        assert run(["podman", "exec", "ncclprep-node1", "ufw", "disable"], timeout=60).returncode == 0
+        assert run(["podman", "exec", "ncclprep-node3", "sed", "-i", "/ncclprep cluster key/d",
+                    "/root/.ssh/authorized_keys"], timeout=60).returncode == 0
         reports = str(tmp_path_factory.mktemp("reports"))
         val = playbook("validate", reports)
         assert val.returncode != 0
         data = load(reports)
         assert data["status"] == "FAIL"
-        bad = [c for c in data["checks"] if c["status"] in ("FAIL", "HANG")]
-        assert [c["id"] for c in bad] == ["sysctl.net.core.somaxconn"]
-        assert bad[0]["hosts"] == ["node2"] and bad[0]["measured"] == {"node2": "128"}
+        bad = {c["id"]: c for c in data["checks"] if c["status"] in ("FAIL", "HANG")}
+        assert sorted(bad) == ["firewall.rules", "ssh.trust", "sysctl.net.core.somaxconn"]
+        assert bad["sysctl.net.core.somaxconn"]["hosts"] == ["node2"]
+        assert bad["sysctl.net.core.somaxconn"]["measured"] == {"node2": "128"}
         assert "FAIL sysctl.net.core.somaxconn [node2]" in val.stdout
-    finally:
-        run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=65535"], timeout=60)
-
-
-def test_firewall_off_on_node1_and_key_refused_by_node3_are_named(cluster, tmp_path_factory):
-    """ufw disabled on node1, the cluster key dropped from node3's authorized_keys: exactly
-    firewall.rules [node1] and ssh.trust [node1 -> node3, node2 -> node3] FAIL."""
-    keys = run(["podman", "exec", "ncclprep-node3", "cat", "/root/.ssh/authorized_keys"], timeout=60)
-    assert keys.returncode == 0 and "ncclprep cluster key" in keys.stdout
-    assert run(["podman", "exec", "ncclprep-node1", "ufw", "disable"], timeout=60).returncode == 0
-    assert run(["podman", "exec", "ncclprep-node3", "sed", "-i", "/ncclprep cluster key/d",
-                "/root/.ssh/authorized_keys"], timeout=60).returncode == 0
-    try:
-        reports = str(tmp_path_factory.mktemp("reports"))
-        val = playbook("validate", reports)
-        assert val.returncode != 0
-        bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
-        assert sorted(bad) == ["firewall.rules", "ssh.trust"]
         assert bad["firewall.rules"]["hosts"] == ["node1"]
         assert bad["firewall.rules"]["measured"] == {"node1": "ufw is inactive"}
         assert bad["ssh.trust"]["hosts"] == ["node1 -> node3", "node2 -> node3"]
         assert all("auth_denied" in v for links in bad["ssh.trust"]["measured"].values() for v in links)
+        # the faults are named and nothing else is: every other check keeps its healthy status
+        assert {c["status"] for c in data["checks"] if c["id"] not in bad} <= {"PASS", "SKIP"}
     finally:
+        run(["podman", "exec", "ncclprep-node2", "sysctl", "-w", "net.core.somaxconn=65535"], timeout=60)
         run(["podman", "exec", "ncclprep-node1", "ufw", "--force", "enable"], timeout=60)
         run(["podman", "exec", "-i", "ncclprep-node3", "sh", "-c", "cat > /root/.ssh/authorized_keys"],
             timeout=60, input=keys.stdout)
