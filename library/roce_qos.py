@@ -43,7 +43,9 @@ options:
     description:
       - The current C(ansible_facts.ncclprep). When given (the role's facts step, in check mode), the
         result also sets C(ansible_facts.ncclprep.roce_qos) = C({ports, changes, unsupported, skipped,
-        skip_reason, tool}): the live state as a plan of what differs from the options.
+        skip_reason, tool}): the live state as a plan of what differs from the options. The
+        result's own C(skipped) is then left out (Ansible would take the task for skipped and drop
+        the facts).
 author: ncclprep contributors
 """
 
@@ -235,6 +237,9 @@ def main() -> None:
         if p["into"] is not None:
             facts = {k: res.get(k) for k in ("ports", "changes", "unsupported", "skipped", "skip_reason", "tool")}
             res["ansible_facts"] = {"ncclprep": dict(p["into"], roce_qos=facts)}
+            # Ansible takes a result with skipped=true for a skipped task and drops its facts:
+            # in the facts step, "skipped" lives in ansible_facts.ncclprep.roce_qos only.
+            res.pop("skipped", None)
         module.exit_json(**res)
 
     if not 0 <= p["pfc_priority"] <= 7:

@@ -39,6 +39,8 @@ MOLECULE_CLUSTER = json.dumps({"local_cluster_container_prefix": "ncclprep-molec
 NO_SCENARIO = {
     "data_plane": "sets a fact only; every scenario's converge runs it first",
     "preflight": "validate.yml's role, needs the whole cluster; tests/integration runs it",
+    "boot_unit": "a task helper, not a concern: the rps_rfs scenario installs a unit through it; "
+                 "tests/unit/test_boot_unit.py renders every caller's unit and runs it in check mode",
 }
 
 pytestmark = pytest.mark.molecule

@@ -101,3 +101,14 @@ def test_cli_runs_a_playbook_through_ansible_runner():
                           "--", "--list-hosts"], capture_output=True, text=True, timeout=120, env=ENV)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "gpu-node-01" in out.stdout and "gpu-node-02" in out.stdout
+
+
+def test_roce_qos_facts_step_on_a_host_without_roce_sets_the_facts_and_is_not_a_skipped_task(tmp_path):
+    """A result with skipped=true is a skipped task to Ansible, which then drops its ansible_facts:
+    the facts step must report the skip inside ansible_facts.ncclprep.roce_qos only."""
+    res = adhoc("roce_qos", {"into": {"kept": 1}, "sysfs_root": str(tmp_path)}, "--check")
+    assert not res.get("skipped") and not res.get("failed"), res
+    facts = res["ansible_facts"]["ncclprep"]
+    assert facts["kept"] == 1
+    assert facts["roce_qos"]["skipped"] is True and facts["roce_qos"]["ports"] == []
+    assert facts["roce_qos"]["skip_reason"].startswith("no RoCE port: ")
