@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: cluster_report
 short_description: Turn every host's facts and probe results into checks and report files
 description:
-  - Runs on the controller (C(delegate_to: localhost), C(run_once)).
+  - "Runs on the controller (C(delegate_to: localhost), C(run_once))."
   - Evaluates the cluster checks (the registry of module_utils/ncclprep/checks/), writes
     C(<dest>/<UTC timestamp>/cluster.json), C(hosts/<host>.json) and C(summary.md), and
     points C(<dest>/latest) at the run.

@@ -9,9 +9,9 @@ DOCUMENTATION = r"""
 module: concern_facts
 short_description: Read one concern's live state off a node into ansible_facts.ncclprep.<concern> (read-only)
 description:
-  - The facts half of "intent apart from facts": each role's C(tasks/facts.yml) calls this module,
+  - "The facts half of intent apart from facts: each role's C(tasks/facts.yml) calls this module,
     its C(tasks/intent.yml) computes the desired state from variables and these facts only, and
-    validate.yml's check compares the two.
+    validate.yml's check compares the two."
   - Ansible replaces a top-level fact wholesale, so the caller passes the current
     C(ansible_facts.ncclprep) in O(into) and gets it back with O(concern) added or replaced.
   - Never changes anything; runs in check mode too and always returns C(changed=false). Every

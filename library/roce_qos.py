@@ -41,11 +41,11 @@ options:
   into:
     type: dict
     description:
-      - The current C(ansible_facts.ncclprep). When given (the role's facts step, in check mode), the
+      - "The current C(ansible_facts.ncclprep). When given (the role's facts step, in check mode), the
         result also sets C(ansible_facts.ncclprep.roce_qos) = C({ports, changes, unsupported, skipped,
         skip_reason, tool}): the live state as a plan of what differs from the options. The
         result's own C(skipped) is then left out (Ansible would take the task for skipped and drop
-        the facts).
+        the facts)."
 author: ncclprep contributors
 """
 
@@ -76,8 +76,10 @@ unsupported:
   returned: always
   type: dict
 skipped:
-  description: True when the host has no RoCE port, or no tool to configure it.
-  returned: always
+  description:
+    - True when the host has no RoCE port, or no tool to configure it.
+    - Left out of the result when O(into) is given; it is then C(ansible_facts.ncclprep.roce_qos.skipped).
+  returned: when O(into) is not given
   type: bool
 skip_reason:
   description: Why the host was skipped; null when it was not.
@@ -87,6 +89,11 @@ tool:
   description: The tool used (dcb or mlnx_qos); null when skipped.
   returned: always
   type: str
+ansible_facts:
+  description: "C(ncclprep): O(into) with C(roce_qos) = C({ports, changes, unsupported, skipped, skip_reason,
+    tool}), the values above (roles/roce_qos/tasks/facts.yml reads them in check mode)."
+  returned: when O(into) is given
+  type: dict
 """
 
 import copy

@@ -9,9 +9,9 @@ DOCUMENTATION = r"""
 module: torchrun_smoke
 short_description: Run a real multi-node torchrun DDP job of a few steps through the rendered launcher
 description:
-  - Every host of the play runs this module at the same moment (launch it with C(async)).
+  - "Every host of the play runs this module at the same moment (launch it with C(async)).
     It starts O(launcher) (nccl_env's ncclprep-torchrun: c10d rendezvous, the launch env
-    file) with a small DDP training script, and reads each worker's result line.
+    file) with a small DDP training script, and reads each worker's result line."
   - The job runs in its own process group and is killed at O(timeout); a job that does not
     finish is reported as C(HANG) with the last lines it printed (e.g. the rendezvous
     warnings of an unresolvable MASTER_ADDR).
