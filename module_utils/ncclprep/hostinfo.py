@@ -184,7 +184,7 @@ def ibv_devinfo(runner: Runner, which: Which, timeout: float, host: str | None =
 
 def numactl(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
     """``numactl -H``: NUMA nodes, CPUs, sizes (MiB) and distances; findings from
-    ``diagnose_numa``. None without numactl (numa_topology reads sysfs either way)."""
+    ``diagnose_numa``. None without numactl (numa.read_topology reads sysfs either way)."""
     return _tool_reading(runner, which, ["numactl", "-H"], timeout, parse_numactl_hardware,
                          lambda d: diagnose_numa(d, host))
 

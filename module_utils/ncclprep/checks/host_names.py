@@ -9,8 +9,8 @@ def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """Every published host name resolves on every node to its data-plane address (``names.resolve``),
     and that address answers on the probe port from every node (``names.reachable``).
 
-    facts ``names``: node_facts' look-ups of the host_names intent, ``[{host, name, expected
-    (address), addresses, reachable (bool | None), error}]``. Blame: a name that does not
+    facts ``host_names``: node_facts' look-ups of the host_names intent, ``[{host, name,
+    expected (address), addresses, reachable (bool | None), error}]``. Blame: a name that does not
     resolve, or resolves elsewhere, is the resolving node's problem (its /etc/hosts or DNS).
     An address that does not answer names the link ``a -> b`` and blames the target b (down,
     or its firewall drops a peer). SKIP (names.resolve only) when there is nothing to look up.

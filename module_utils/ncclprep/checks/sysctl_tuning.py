@@ -18,8 +18,8 @@ from ansible.module_utils.ncclprep.sysctl import normalize
 def check_sysctl(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """One check per intended sysctl key (intent ``sysctl_tuning``: key -> value), sorted by key.
 
-    FAIL names hosts whose writable live value (facts ``sysctl[key]``: {value (str | None),
-    writable}) differs from the intended value after ``sysctl.normalize``. A key that is
+    FAIL names hosts whose writable live value (facts ``sysctl_tuning[key]``: {value (str | None),
+    writable}, read by node_facts) differs from the intended value after ``sysctl.normalize``. A key that is
     absent or read-only on a host (host-global, seen from a container's network namespace)
     is not applicable there; SKIP when it is so on every host. expected: the intended value,
     or host -> value when hosts intend different values.
