@@ -149,3 +149,53 @@ def test_a_role_that_reads_the_data_plane_or_the_members_depends_on_data_plane(c
         f"{concern['name']}: uses data_plane: {_uses_data_plane(concern['name'])}, meta dependencies: {deps}"
     if concern["data_plane"]:
         assert "data_plane" in deps
+
+
+def _imports(path: str) -> list[str]:
+    """The files a task file imports or includes, in order (``import_tasks: facts.yml``)."""
+    out = []
+    for task in _tasks(load(path)):
+        for key in ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks"):
+            if key in task:
+                value = task[key]
+                out.append(value if isinstance(value, str) else value.get("file"))
+    return out
+
+
+@pytest.mark.parametrize("concern", [c for c in CONCERNS if c["facts"]], ids=lambda c: c["name"])
+def test_validate_reads_the_facts_before_it_computes_the_intent(concern):
+    order = _imports(os.path.join(REPO, "roles", concern["name"], "tasks", "validate.yml"))
+    assert "facts.yml" in order and "intent.yml" in order, f"{concern['name']}: validate.yml imports {order}"
+    assert order.index("facts.yml") < order.index("intent.yml"), f"{concern['name']}: validate.yml imports {order}"
+
+
+@pytest.mark.parametrize("concern", [c for c in CONCERNS if c["facts"]], ids=lambda c: c["name"])
+def test_facts_tasks_say_how_they_run_in_check_mode(concern):
+    """A facts read runs for real under --check (check_mode: false), or, for a module that
+    plans (roce_qos), in check mode always (check_mode: true); never left to the run's mode."""
+    path = os.path.join(REPO, "roles", concern["name"], "tasks", "facts.yml")
+    for task in _tasks(load(path)):
+        modules = [k for k in task if k not in TASK_KEYS]
+        if modules and set(modules) <= PURE:
+            continue
+        assert isinstance(task.get("check_mode"), bool), f"{path}: task {task.get('name')!r} has no check_mode"
+
+
+@pytest.mark.parametrize("concern", CONCERNS, ids=NAMES)
+def test_every_role_variable_facts_and_intent_read_has_a_default(concern):
+    """A role's facts.yml and intent.yml also run from the preflight (include_role tasks_from),
+    where only the role's defaults stand behind its variables."""
+    role = os.path.join(REPO, "roles", concern["name"])
+    defaults = set(load(os.path.join(role, "defaults", "main.yml")) or {})
+    own = re.compile(rf"\b({concern['name']}_[a-z0-9_]+)\b")
+    for rel in ("facts.yml", "intent.yml"):
+        path = os.path.join(role, "tasks", rel)
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            text = "\n".join(line for line in fh if not line.lstrip().startswith("#"))
+        used = set(own.findall(text)) - {f"{concern['name']}_intent"}
+        # facts and intent the role itself sets (set_fact keys) are outputs, not inputs
+        for task in _tasks(load(path)):
+            used -= set((task.get("ansible.builtin.set_fact") or {}).keys())
+        assert sorted(used - defaults) == [], f"{path}: no default in {concern['name']}/defaults/main.yml"
