@@ -207,15 +207,13 @@ def render_binding(binding: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def irq_affinity_plan(topology: dict, interface: str, cpus: str, current: dict) -> dict:
-    """Which of ``interface``'s IRQs need ``/proc/irq/<n>/smp_affinity_list`` set to ``cpus``.
+def irq_affinity_plan(topology: dict, interface: str, cpus: str) -> dict:
+    """The IRQ plan: ``interface``'s IRQs, whose ``/proc/irq/<n>/smp_affinity_list`` are to be ``cpus``.
 
-    ``current`` maps IRQ (int, or str as after JSON) -> the smp_affinity_list read now
-    (None when unreadable). Values are compared as CPU sets (``"0-3"`` equals ``"0,1,2,3"``);
-    an IRQ whose current value is missing or not a CPU list is in ``change``.
-    Returns ``{"interface", "cpus" (canonical CPU list), "irqs": [int], "change": [int],
-    "reason": str | None}``; reason is set and change is empty when the interface does not
-    exist or has no MSI IRQs (a virtual NIC such as a container's veth).
+    Returns ``{"interface", "cpus" (canonical CPU list), "irqs": [int], "reason": str | None}``;
+    reason is set and irqs is empty when the interface does not exist or has no MSI IRQs (a
+    virtual NIC such as a container's veth). Which IRQs are off their CPUs now is ``irqs_off``
+    of this plan and the live affinity.
 
     Raises ValueError when ``cpus`` is not a CPU list, is empty, or names CPUs that are not
     online (the kernel refuses such an affinity with EINVAL).
@@ -232,7 +230,7 @@ def irq_affinity_plan(topology: dict, interface: str, cpus: str, current: dict) 
         offline = want - set(parse_cpulist(online))
         if offline:
             raise ValueError(f"CPU(s) {format_cpulist(offline)} in {cpus!r} are not online; {valid}")
-    plan = {"interface": interface, "cpus": format_cpulist(want), "irqs": [], "change": [], "reason": None}
+    plan = {"interface": interface, "cpus": format_cpulist(want), "irqs": [], "reason": None}
     nics = topology.get("nics") or {}
     nic = nics.get(interface)
     if nic is None:
@@ -244,8 +242,6 @@ def irq_affinity_plan(topology: dict, interface: str, cpus: str, current: dict) 
     plan["irqs"] = list(nic.get("irqs") or [])
     if not plan["irqs"]:
         plan["reason"] = f"no IRQs: {interface} ({nic['pci']}) has no MSI IRQs in sysfs"
-        return plan
-    plan["change"] = irqs_off(plan, current)
     return plan
 
 
@@ -269,7 +265,7 @@ def numa_intent(topology: dict, nproc: int | None, interface: str | None, cpus: 
     whose IRQs are pinned (None: no IRQ plan); ``cpus``: the CPUs for its IRQs (None: the NIC's
     local CPUs, else every online CPU). Returns ``{binding (binding_map), binding_text
     (render_binding), nproc, numa_nodes, gpus (PCI addresses), irq: {interface, cpus, irqs,
-    reason} or None}``. Raises ValueError (from binding_map / irq_affinity_plan) for a bad
+    reason} (irq_affinity_plan) or None}``. Raises ValueError (from binding_map / irq_affinity_plan) for a bad
     nproc or CPU list.
     """
     n = nproc if nproc is not None else max(1, len(topology.get("gpus") or []))
@@ -278,8 +274,7 @@ def numa_intent(topology: dict, nproc: int | None, interface: str | None, cpus: 
     if interface:
         nic = (topology.get("nics") or {}).get(interface) or {}
         want = cpus if cpus is not None else (nic.get("local_cpulist") or topology.get("online_cpus") or "")
-        plan = irq_affinity_plan(topology, interface, want, {})
-        irq = {k: plan[k] for k in ("interface", "cpus", "irqs", "reason")}
+        irq = irq_affinity_plan(topology, interface, want)
     return {"binding": binding, "binding_text": render_binding(binding), "nproc": n,
             "numa_nodes": topology.get("numa_nodes"), "gpus": [g.get("pci") for g in topology.get("gpus") or []],
             "irq": irq}

@@ -153,11 +153,11 @@ def test_container_gets_one_trivial_map(tmp_path):
                                     "irqs": []}
     assert binding_map(topo, 2) == [{"local_rank": 0, "numa_node": None, "cpus": "0-7", "gpu": None},
                                     {"local_rank": 1, "numa_node": None, "cpus": "0-7", "gpu": None}]
-    plan = irq_affinity_plan(topo, "eth0", "0-7", {})
-    assert plan["change"] == [] and plan["irqs"] == []
+    plan = irq_affinity_plan(topo, "eth0", "0-7")
+    assert irqs_off(plan, {}) == [] and plan["irqs"] == []
     assert plan["reason"] == "no IRQs: eth0 is a virtual interface (no device in sysfs)"
-    missing = irq_affinity_plan(topo, "ens1f0", "0-7", {})
-    assert missing["change"] == [] and missing["reason"] == "no interface 'ens1f0' on this host (known: eth0, lo)"
+    missing = irq_affinity_plan(topo, "ens1f0", "0-7")
+    assert irqs_off(missing, {}) == [] and missing["reason"] == "no interface 'ens1f0' on this host (known: eth0, lo)"
 
 
 def test_one_node_with_cpus_and_a_memory_only_node_is_a_one_node_map(tmp_path):
@@ -181,25 +181,25 @@ def test_numa_node_minus_one_is_unknown_and_falls_back(tmp_path):
                             {"pci": "0000:02:00.0", "numa_node": None, "local_cpulist": None}]
     assert [(e["numa_node"], e["cpus"]) for e in binding_map(topo, 2)] == [(None, "4-7"), (None, "0-15")]
     assert topo["unparsed"] == []
-    plan = irq_affinity_plan(topo, "enp3s0", "0-15", {})
-    assert plan["reason"] == "no IRQs: enp3s0 (0000:03:00.0) has no MSI IRQs in sysfs" and plan["change"] == []
+    plan = irq_affinity_plan(topo, "enp3s0", "0-15")
+    assert plan["reason"] == "no IRQs: enp3s0 (0000:03:00.0) has no MSI IRQs in sysfs" and irqs_off(plan, {}) == []
 
 
 def test_irq_plan_compares_cpu_sets_not_strings(two_socket):
     topo = read_topology(two_socket)
     current = {128: "32-63", 129: ",".join(str(c) for c in range(32, 64)), 130: "0-31", "131": None}
-    plan = irq_affinity_plan(topo, "ens2f0", "32-47,48-63", current)
-    assert plan == {"interface": "ens2f0", "cpus": "32-63", "irqs": [128, 129, 130, 131], "change": [130, 131],
-                    "reason": None}
-    small = irq_affinity_plan(topo, "ens2f0", "0,1,2,3", {128: "0-3", 129: "0-3", 130: "0-3", 131: "garbage"})
-    assert small["change"] == [131] and small["cpus"] == "0-3"
+    plan = irq_affinity_plan(topo, "ens2f0", "32-47,48-63")
+    assert plan == {"interface": "ens2f0", "cpus": "32-63", "irqs": [128, 129, 130, 131], "reason": None}
+    assert irqs_off(plan, current) == [130, 131]
+    small = irq_affinity_plan(topo, "ens2f0", "0,1,2,3")
+    assert irqs_off(small, {128: "0-3", 129: "0-3", 130: "0-3", 131: "garbage"}) == [131] and small["cpus"] == "0-3"
 
 
 @pytest.mark.parametrize("cpus,match", [("0-3;5", "not a CPU list item"), ("", "empty CPU list"),
                                         ("60-70", "CPU\\(s\\) 64-70 in '60-70' are not online")])
 def test_irq_plan_rejects_bad_cpus_saying_what_is_valid(two_socket, cpus, match):
     with pytest.raises(ValueError, match=match) as exc:
-        irq_affinity_plan(read_topology(two_socket), "ens2f0", cpus, {})
+        irq_affinity_plan(read_topology(two_socket), "ens2f0", cpus)
     assert "valid: a CPU list such as 0-3,8 of online CPUs (0-63)" in str(exc.value)
 
 
