@@ -155,12 +155,11 @@ def firewall_rules(cluster_cidr: str, interface: str, rendezvous_ports: list, re
 def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, connection: str | None = None,
                     facts: dict | None = None, members: dict | None = None) -> list[str]:
     """What makes the rule set unsafe (``check_firewall``); ``facts`` are the host's ansible_facts,
-    ``connection`` its SSH_CONNECTION, ``members`` the data_plane_members map (host -> {address, ...})
-    or host -> address; members without an address are left out."""
-    addresses = {h: (m.get("address") if isinstance(m, dict) else m) for h, m in (members or {}).items()}
+    ``connection`` its SSH_CONNECTION, ``members`` the data_plane_members map (host -> {address, ...});
+    members without an address are left out."""
+    addresses = {h: m["address"] for h, m in (members or {}).items() if m.get("address")}
     return check_firewall(rules, host, bool(allow_world), connection or None,
-                          ansible_facts_addresses(facts) if facts else None,
-                          {h: a for h, a in addresses.items() if a} or None)
+                          ansible_facts_addresses(facts) if facts else None, addresses or None)
 
 
 def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:

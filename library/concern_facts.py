@@ -50,6 +50,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep import concern_facts as readers
+from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 
 
 def main() -> None:
@@ -67,18 +68,11 @@ def main() -> None:
     )
     p = module.params
     me = socket.gethostname()
-
-    def run(argv: list, timeout: float) -> tuple:
-        rc, out, err = module.run_command(["timeout", str(max(1, int(timeout)))] + argv)
-        if rc == 124:
-            err = f"{' '.join(argv)} did not finish within {timeout:.0f} s"
-        return rc, out, err
-
     concern = p["concern"]
     if concern == "numa_pinning" and not p["map_file"]:
         module.fail_json(msg=f"{me}: concern=numa_pinning needs map_file")
     try:
-        value = readers.READERS[concern](run, p)
+        value = readers.READERS[concern](subprocess_runner, p)
     except ValueError as exc:
         module.fail_json(msg=f"{me}: {concern}: {exc}")
     facts = dict(p["into"] or {})

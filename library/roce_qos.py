@@ -238,6 +238,7 @@ def main() -> None:
     )
     p = module.params
     host = socket.gethostname()
+
     def finish(**res) -> None:
         """Exit; with into given (the facts step), the state read also goes to
         ansible_facts.ncclprep.roce_qos."""
@@ -285,7 +286,7 @@ def main() -> None:
     if not netdevs:
         names = ", ".join(f"{q['device']}/{q['port']}" for q in ports)
         finish(**dict(result, skipped=True,
-                                skip_reason=f"RoCE port(s) {names} have no netdev under {ib_root}/*/device/net"))
+                      skip_reason=f"RoCE port(s) {names} have no netdev under {ib_root}/*/device/net"))
 
     found = {name: module.get_bin_path(name) for name in TOOLS}  # None when not on PATH (or /sbin dirs)
     tool, why = choose_tool(p["tool"], [drivers[n] for n in netdevs], found)
@@ -295,7 +296,7 @@ def main() -> None:
                                  f"{[n for n, path in found.items() if path] or 'neither dcb nor mlnx_qos'}",
                              **result)
         finish(**dict(result, skipped=True,
-                                skip_reason=f"RoCE netdev(s) {', '.join(netdevs)} found but {why}"))
+                      skip_reason=f"RoCE netdev(s) {', '.join(netdevs)} found but {why}"))
     result["tool"] = tool
 
     desired = {"pfc_priority": p["pfc_priority"], "trust": p["trust"], "ecn": p["ecn"]}
