@@ -26,6 +26,13 @@ options:
         ncclprep_host_records."
       - A host of O(hosts) with no record or no facts is reported unreachable (C(host.reachable) FAIL).
   min_busbw_gbps: {type: float, description: "busbw floor in GB/s at the largest size; null: no floor."}
+  net_limits:
+    type: dict
+    default: {}
+    description:
+      - "Limits of the net.* checks: max_latency_us (TCP round-trip p50, microseconds), slow_z and slow_ratio
+        (a bandwidth is slow below this modified z-score and this fraction of the median), min_gbps (a
+        bandwidth floor in GB/s). Absent keys keep their defaults (50, -3.5, 0.5, none); null: no limit."
 author: ncclprep contributors
 """
 
@@ -48,7 +55,7 @@ problems: {description: One line per FAIL or HANG check, returned: always, type:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.checks import BAD, evaluate, overall, summarize_collectives
+from ansible.module_utils.ncclprep.checks import BAD, evaluate, overall, summarize_collectives, summarize_network
 from ansible.module_utils.ncclprep.report import SCHEMA_VERSION, utc_stamp, write_reports
 
 
@@ -59,12 +66,16 @@ def main() -> None:
             hosts=dict(type="list", elements="str", required=True),
             records=dict(type="dict", required=True),
             min_busbw_gbps=dict(type="float"),
+            net_limits=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     p = module.params
     records = {h: (p["records"].get(h) or {}) for h in p["hosts"]}
-    checks = evaluate(records, p["hosts"], p["min_busbw_gbps"])
+    try:
+        checks = evaluate(records, p["hosts"], p["min_busbw_gbps"], p["net_limits"])
+    except TypeError as exc:
+        module.fail_json(msg=f"net_limits={p['net_limits']}: {exc}")
     stamp = utc_stamp()
     cluster = {
         "schema_version": SCHEMA_VERSION,
@@ -72,6 +83,7 @@ def main() -> None:
         "generated_at": stamp,
         "hosts": list(p["hosts"]),
         "checks": checks,
+        "network": summarize_network(records),
         "collectives": summarize_collectives(records),
     }
     problems = [f"{c['status']} {c['id']} [{', '.join(c['hosts'])}]: {c['message']}"

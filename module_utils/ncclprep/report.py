@@ -3,7 +3,8 @@
 Layout under ``base``: ``<UTC timestamp>/cluster.json``, ``<ts>/hosts/<host>.json``,
 ``<ts>/summary.md`` and the symlink ``latest`` -> ``<ts>``. ``cluster.json`` holds
 ``schema_version``, ``status``, ``generated_at``, ``hosts``, ``checks`` (see
-the checks package) and ``collectives`` (checks.summarize_collectives).
+the checks package), ``network`` (the src -> dst matrices of checks.summarize_network)
+and ``collectives`` (checks.summarize_collectives).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def render_markdown(cluster: dict) -> str:
         lines.append("| " + " | ".join(_cell(x) for x in (
             c["status"], c["id"], ", ".join(c["hosts"]), c["measured"], c["expected"],
             c["message"], c["remediation"])) + " |")
+    lines += _network_tables(cluster.get("network") or {}, cluster["hosts"])
     if cluster.get("collectives"):
         lines += ["", "## Collectives (slowest rank; GB = 1e9 bytes)", "",
                   "| op | size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
@@ -57,6 +59,39 @@ def render_markdown(cluster: dict) -> str:
                 lines.append(f"| {op} | {r['size_bytes']} | {r['time_us_max']:.1f} | "
                              f"{r['algbw_gbps']:.4g} | {r['busbw_gbps']:.4g} | {r['wrong']} |")
     return "\n".join(lines) + "\n"
+
+
+#: The network matrices of the summary: key of checks.summarize_network, title, cell format.
+NETWORK_TABLES = (
+    ("latency_p50_us", "TCP round trip p50 (us)", "{:.0f}"),
+    ("latency_p99_us", "TCP round trip p99 (us)", "{:.0f}"),
+    ("bandwidth_gbps", "One TCP stream (GB/s, GB = 1e9 bytes)", "{:.3g}"),
+    ("path_mtu_largest", "Largest packet with don't-fragment (B)", "{}"),
+)
+
+
+def _network_tables(network: dict, hosts: list[str]) -> list[str]:
+    """One src x dst table per matrix (rows: sender, columns: receiver; blank: not measured),
+    then the ports that were not open."""
+    lines: list[str] = []
+    for key, title, fmt in NETWORK_TABLES:
+        matrix = network.get(key) or {}
+        if not matrix:
+            continue
+        lines += ["", f"## {title}: rows send, columns receive", "",
+                  "| from \\ to | " + " | ".join(hosts) + " |", "|---|" + "---:|" * len(hosts)]
+        for src in hosts:
+            cells = [fmt.format(matrix[src][dst]) if dst in matrix.get(src, {}) else "" for dst in hosts]
+            lines.append(f"| {src} | " + " | ".join(cells) + " |")
+    ports = network.get("ports") or {}
+    closed = [(src, dst, port, v) for src, row in sorted(ports.items()) for dst, seen in sorted(row.items())
+              for port, v in sorted(seen.items(), key=lambda kv: int(kv[0])) if v != "open"]
+    if ports:
+        probed = sorted({int(p) for row in ports.values() for seen in row.values() for p in seen})
+        lines += ["", f"## Ports probed: {', '.join(map(str, probed))}", ""]
+        lines += ([f"- {src} -> {dst}:{port} {v}" for src, dst, port, v in closed] if closed
+                  else ["every port open between every pair measured"])
+    return lines
 
 
 def _write_json(path: str, data) -> None:

@@ -20,6 +20,7 @@ with open(os.path.join(REPO, "playbooks", "vars", "concerns.yml"), encoding="utf
     CONCERNS = [c["name"] for c in yaml.safe_load(_fh)["ncclprep_concerns"]]
 # Check modules that belong to the preflight itself, not to a provisioning concern.
 PREFLIGHT = {"reachable": "host.reachable", "data_plane": "data_plane.interface",
+             "network": "net.run, net.latency, net.bandwidth, net.path_mtu and net.ports",
              "collectives": "collective.run and collective.<op>", "smoke": "torchrun.smoke"}
 # Modules of the package that hold no check.
 SUPPORT = {"__init__": "evaluate and the registry", "model": "the check model, the record, shared helpers"}

@@ -80,6 +80,7 @@ def test_record_keys_intent_by_concern_and_reads_the_registered_results():
           "sysctl_tuning_intent": {"net.core.somaxconn": 65535},
           "torch_runtime_intent": {"version": "2.13.0", "python": "/opt/ncclprep/venv/bin/python"},
           "__preflight_ssh": {"changed": False, "results": [{"host": "n2", "name": "n2", "ok": True}]},
+          "__preflight_net": {"changed": False, "net": {"status": "PASS", "links": []}},
           "__preflight_probe": {"changed": True, "probe": {"status": "PASS"}},
           "__preflight_smoke": {"changed": False, "skipped": True}}
     rec = build_record(hv, True, CONCERNS)
@@ -90,14 +91,15 @@ def test_record_keys_intent_by_concern_and_reads_the_registered_results():
     assert rec["intent"]["firewall"] is None
     assert rec["ssh"] == [{"host": "n2", "name": "n2", "ok": True}]
     assert rec["probe"] == {"status": "PASS"} and rec["smoke"] is None
-    assert set(RESULT_VARS) == {"ssh", "probe", "smoke"}
+    assert rec["net"] == {"status": "PASS", "links": []}
+    assert set(RESULT_VARS) == {"ssh", "net", "probe", "smoke"}
 
 
 def test_host_without_anything_is_a_full_record_of_nones():
     rec = build_record({}, False, CONCERNS)
     assert_is_host_record("n2", rec)
     assert rec == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None,
-                   "probe": None, "smoke": None}
+                   "net": None, "probe": None, "smoke": None}
 
 
 def test_filter_covers_every_host_and_marks_the_dropped_ones():
@@ -139,6 +141,18 @@ def _report_tasks() -> list[dict]:
     return found
 
 
+# fake1's net_probe result: one direction to fake2, which carries the matrices into cluster.json
+NET = {"status": "PASS", "host": "fake1", "hosts": ["fake1"], "missing_hosts": [], "gone_hosts": [],
+       "links": [{"src": "fake1", "dst": "fake2", "phase": 1, "round": 1,
+                  "latency_us": {"p50": 30.0, "p99": 41.0, "samples": 100}, "bandwidth_gbps": 1.5,
+                  "path_mtu": {"mtu": 1500, "ok": True, "largest": 1500}, "ports": {"29500": "open"},
+                  "hang": None, "error": None}]}
+# the net.* limits of the preflight's defaults (report.yml passes them to cluster_report)
+with open(os.path.join(REPO, "roles", "preflight", "defaults", "main.yml"), encoding="utf-8") as _fh:
+    NET_LIMITS = {k: v for k, v in yaml.safe_load(_fh).items()
+                  if k in ("preflight_net_max_latency_us", "preflight_net_slow_z", "preflight_net_slow_ratio",
+                           "preflight_net_min_gbps")}
+
 PROBE = {"status": "PASS", "rank": 0, "stage": "done", "hosts": ["fake1"], "missing_hosts": [],
          "results": [{"op": "all_reduce", "size_bytes": 4096, "count": 1024, "time_us": 50.0, "algbw_gbps": 0.08,
                       "busbw_gbps": 0.0, "wrong": 0}]}
@@ -164,6 +178,7 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
              "nic_mtu_intent": {"interface": "lo", "mtu": 65536},
              "nccl_env_intent": {"NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"},
              "__preflight_ssh": {"changed": False, "results": []},
+             "__preflight_net": {"changed": False, "net": NET},
              "__preflight_probe": {"changed": True, "probe": PROBE},
              "__preflight_smoke": {"changed": False, "skipped": True}}},
         {"name": "Drop fake2 from the play", "when": "inventory_hostname == 'fake2'",
@@ -176,7 +191,7 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     reports = tmp_path / "reports"
     cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"preflight_report_dir={reports}",
-           "-e", '{"preflight_min_busbw_gbps": null}']
+           "-e", '{"preflight_min_busbw_gbps": null}', "-e", json.dumps(NET_LIMITS)]
     out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]  # fake2's failure, nothing else
     tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]
@@ -191,9 +206,9 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     assert one["intent"]["torch_runtime"]["version"] == "2.13.0"
     assert one["intent"]["nic_mtu"]["mtu"] == 65536
     assert one["intent"]["firewall"] is None and one["intent"]["host_names"] is None
-    assert one["ssh"] == [] and one["probe"] == PROBE and one["smoke"] is None
-    assert two == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None, "probe": None,
-                   "smoke": None}
+    assert one["ssh"] == [] and one["probe"] == PROBE and one["smoke"] is None and one["net"] == NET
+    assert two == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None, "net": None,
+                   "probe": None, "smoke": None}
 
     (run_dir,) = [p for p in glob.glob(str(reports / "*")) if not os.path.islink(p)]
     cluster_json = os.path.join(run_dir, "cluster.json")
@@ -203,7 +218,9 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     assert cluster["status"] == "FAIL"
     assert by_id["host.reachable"]["hosts"] == ["fake2"]
     for cid in ("data_plane.interface", "data_plane.mtu", "sysctl.net.core.somaxconn", "versions.torch",
-                "nccl_env.ifname", "collective.all_reduce"):
+                "nccl_env.ifname", "collective.all_reduce", "net.run", "net.latency", "net.bandwidth", "net.ports"):
         assert by_id[cid]["status"] == "PASS", by_id[cid]
+    assert cluster["network"]["latency_p50_us"] == {"fake1": {"fake2": 30.0}}
+    assert cluster["network"]["ports"] == {"fake1": {"fake2": {"29500": "open"}}}
     with open(os.path.join(os.path.dirname(cluster_json), "hosts", "fake1.json"), encoding="utf-8") as fh:
         assert set(json.load(fh)["intent"]) == set(CONCERNS)

@@ -7,6 +7,7 @@ The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the c
      "facts": dict | None,       # ansible_facts.ncclprep (node_facts, and facts[<concern>]); None: no facts
      "intent": {<concern>: ...}, # <concern>_intent per concern of playbooks/vars/concerns.yml, or None
      "ssh": list | None,         # ssh_mesh results run on the host
+     "net": dict | None,         # net_probe result (directions this host sent)
      "probe": dict | None,       # nccl_probe result
      "smoke": dict | None}       # torchrun_smoke result
 
@@ -19,7 +20,7 @@ one-line remediation. Most checks collect their problems first and then call
 The registry. ``REGISTRY`` lists the check functions in report order, each from its module:
 one module per concern of playbooks/vars/concerns.yml (``checks/<concern>.py``, names in
 ``CONCERN_MODULES``) and the preflight's own modules (``PREFLIGHT_MODULES``: reachable,
-data_plane, collectives, smoke). Every function is ``check(records, ctx) -> list[Check]``
+data_plane, network, collectives, smoke). Every function is ``check(records, ctx) -> list[Check]``
 with ``ctx`` a ``model.Context``; concern checks see only the hosts that gave facts.
 Adding a concern's check: its module here, one ``Entry`` in REGISTRY, one line in concerns.yml.
 
@@ -48,6 +49,7 @@ from ansible.module_utils.ncclprep.checks.model import (
     verdict,
 )
 from ansible.module_utils.ncclprep.checks.nccl_env import check_ifname
+from ansible.module_utils.ncclprep.checks.network import check_network, summarize_network
 from ansible.module_utils.ncclprep.checks.nic_mtu import check_mtu
 from ansible.module_utils.ncclprep.checks.numa_pinning import check_numa
 from ansible.module_utils.ncclprep.checks.reachable import check_reachable
@@ -60,7 +62,8 @@ from ansible.module_utils.ncclprep.checks.torch_runtime import check_torch
 
 __all__ = [
     "BAD", "CONCERN_MODULES", "PREFLIGHT_MODULES", "REGISTRY", "STATUSES", "SUPPORT_MODULES", "Check", "Context",
-    "Entry", "HostRecord", "build_record", "evaluate", "make_check", "overall", "summarize_collectives", "verdict",
+    "Entry", "HostRecord", "build_record", "evaluate", "make_check", "overall", "summarize_collectives",
+    "summarize_network", "verdict",
 ]
 
 
@@ -87,28 +90,35 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("ssh_trust", check_ssh),
     Entry("torch_runtime", check_torch),
     Entry("nccl_env", check_ifname),
+    Entry("network", check_network, with_facts_only=False),
     Entry("collectives", check_collectives, with_facts_only=False),
     Entry("smoke", check_smoke, with_facts_only=False),
 )
 
 #: Check modules that belong to the preflight itself, not to a concern of concerns.yml.
-PREFLIGHT_MODULES = ("reachable", "data_plane", "collectives", "smoke")
+PREFLIGHT_MODULES = ("reachable", "data_plane", "network", "collectives", "smoke")
 #: Modules of this package that hold no check (the model and shared helpers).
 SUPPORT_MODULES = ("model",)
 #: One check module per concern of playbooks/vars/concerns.yml, in report order.
 CONCERN_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY if e.module not in PREFLIGHT_MODULES))
 
 
-def evaluate(records: dict[str, HostRecord], all_hosts: list[str], min_busbw_gbps: float | None = None) -> list[Check]:
+def evaluate(records: dict[str, HostRecord], all_hosts: list[str], min_busbw_gbps: float | None = None,
+             net_limits: dict | None = None) -> list[Check]:
     """All checks for the cluster, in report order: every REGISTRY entry in turn.
 
     ``records``: host -> ``HostRecord`` (partial records are read with absent keys as None);
     ``all_hosts``: every host the run was meant to cover (a host missing from ``records``
     is reported unreachable); ``min_busbw_gbps``: busbw floor in GB/s (GB = 1e9 bytes) at the
-    largest message size, None for none. Returns the checks (``Check``); raises nothing for
-    well-formed records.
+    largest message size, None for none; ``net_limits``: the net.* limits (``Context.NET_LIMITS``
+    keys; absent ones keep Context's defaults). Returns the checks (``Check``); raises
+    TypeError for an unknown limit, nothing for well-formed records.
     """
-    ctx = Context(all_hosts=tuple(all_hosts), min_busbw_gbps=min_busbw_gbps)
+    limits = {k: v for k, v in (net_limits or {}).items()}
+    unknown = sorted(set(limits) - set(Context.NET_LIMITS))
+    if unknown:
+        raise TypeError(f"unknown net limits {unknown}; valid: {list(Context.NET_LIMITS)}")
+    ctx = Context(all_hosts=tuple(all_hosts), min_busbw_gbps=min_busbw_gbps, **limits)
     with_facts = {h: r for h, r in records.items() if (r or {}).get("facts")}
     out: list[Check] = []
     for entry in REGISTRY:

@@ -53,6 +53,8 @@ class HostRecord(TypedDict):
       Holds exactly one key per concern of playbooks/vars/concerns.yml.
     - ``ssh``: the ssh_mesh module's ``results`` run on this host (``[{host, name, ok, cause,
       explanation}]``), or None when it did not run.
+    - ``net``: the net_probe module's ``net`` result (the directions this host measured as
+      the sender), or None when it did not run.
     - ``probe``: the nccl_probe module's ``probe`` result, or None when it did not run.
     - ``smoke``: the torchrun_smoke module's ``smoke`` result, or None when it did not run.
 
@@ -63,6 +65,7 @@ class HostRecord(TypedDict):
     facts: dict | None
     intent: dict[str, Any]
     ssh: list | None
+    net: dict | None
     probe: dict | None
     smoke: dict | None
 
@@ -70,6 +73,7 @@ class HostRecord(TypedDict):
 #: Where the preflight role registers each module result: record key -> (variable, key in it).
 RESULT_VARS = {
     "ssh": ("__preflight_ssh", "results"),
+    "net": ("__preflight_net", "net"),
     "probe": ("__preflight_probe", "probe"),
     "smoke": ("__preflight_smoke", "smoke"),
 }
@@ -78,11 +82,21 @@ RESULT_VARS = {
 @dataclass(frozen=True)
 class Context:
     """What a check may need beyond the records: ``all_hosts`` (every host the run was meant
-    to cover, inventory order) and ``min_busbw_gbps`` (busbw floor in GB/s, GB = 1e9 bytes,
-    at the largest message size; None: no floor)."""
+    to cover, inventory order), ``min_busbw_gbps`` (busbw floor in GB/s, GB = 1e9 bytes,
+    at the largest message size; None: no floor), and the network limits of net.*:
+    ``max_latency_us`` (TCP round-trip p50 limit in microseconds; None: none), ``slow_z`` and
+    ``slow_ratio`` (a bandwidth is slow below this modified z-score and this fraction of the
+    median, blame.slow_outliers), ``min_gbps`` (bandwidth floor in GB/s; None: none)."""
 
     all_hosts: tuple[str, ...]
     min_busbw_gbps: float | None = None
+    max_latency_us: float | None = 50.0
+    slow_z: float = -3.5
+    slow_ratio: float = 0.5
+    min_gbps: float | None = None
+
+    #: The Context fields net_probe shares (library/net_probe.py options of the same names).
+    NET_LIMITS = ("max_latency_us", "slow_z", "slow_ratio", "min_gbps")
 
 
 def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterable[str]) -> HostRecord:
@@ -101,7 +115,7 @@ def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterab
         intent[name] = hostvars.get(f"{name}_intent")
     facts = (hostvars.get("ansible_facts") or {}).get("ncclprep")
     results = {key: ((hostvars.get(var) or {}).get(field)) for key, (var, field) in RESULT_VARS.items()}
-    return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"],
+    return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"], net=results["net"],
                       probe=results["probe"], smoke=results["smoke"])
 
 

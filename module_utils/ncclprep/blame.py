@@ -1,0 +1,96 @@
+"""Blame: which measurements are slow, and whether a node or a link is at fault.
+
+Pure functions shared by the net_probe workers (which pick the suspects to re-pair in the
+run itself) and the checks (which name the node or link in the report), so the rule has
+one home.
+
+Slow (``slow_outliers``): the modified z-score of Iglewicz and Hoaglin (1993), robust to the
+outliers it looks for: ``M = 0.6745 (x - median) / MAD`` with MAD the median absolute
+deviation. A value is slow when ``M < z`` (default -3.5, their recommended cut) *and* it is
+below ``ratio`` x median (default 0.5): on a healthy, homogeneous cluster MAD can be tiny,
+and a 5 % dip would otherwise be an "outlier". Independently, a value below ``floor`` (a
+figure derived from the link speed, when it is known) is slow.
+
+Node or link (``classify``), after DLRover's network check and cluster-health-scanner's
+second pass: every node is measured in several pairs; a node bad in every pairing it had
+(at least two) is the node at fault; a bad pair neither of whose nodes is such a node is a
+bad link; a node in a single pairing that went bad is a suspect, not yet told apart from
+its link.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Hashable, Iterable, Mapping
+
+#: Iglewicz and Hoaglin's constant: 0.6745 = the 0.75 quantile of the standard normal,
+#: which makes MAD / 0.6745 estimate the standard deviation of normal data.
+MAD_SCALE = 0.6745
+
+
+def modified_z(values: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    """Modified z-score of every value (key -> float). MAD 0: +-inf for values off the
+    median, 0 for the median itself. Empty input gives {}."""
+    if not values:
+        return {}
+    med = statistics.median(values.values())
+    mad = statistics.median(abs(v - med) for v in values.values())
+    out: dict[Hashable, float] = {}
+    for key, v in values.items():
+        if mad == 0:
+            out[key] = 0.0 if v == med else (float("inf") if v > med else float("-inf"))
+        else:
+            out[key] = MAD_SCALE * (v - med) / mad
+    return out
+
+
+def slow_outliers(values: Mapping[Hashable, float], z: float = -3.5, ratio: float = 0.5,
+                  floor: float | None = None, min_count: int = 3) -> dict[Hashable, str]:
+    """Keys whose value is slow, each with the reason (one line, figures beside the median).
+
+    ``values``: key (a host, a link) -> a rate where higher is better (bandwidth in GB/s).
+    Slow: modified z-score below ``z`` and value below ``ratio`` x median (the robust rule
+    needs ``min_count`` values at least), or value below ``floor`` (same unit; None: no
+    floor). Raises ValueError for ``z`` >= 0 or ``ratio`` outside (0, 1].
+    """
+    if z >= 0:
+        raise ValueError(f"z={z!r}: the cut for slow values must be negative (default -3.5)")
+    if not 0 < ratio <= 1:
+        raise ValueError(f"ratio={ratio!r}: must be in (0, 1] (default 0.5)")
+    out: dict[Hashable, str] = {}
+    if not values:
+        return out
+    med = statistics.median(values.values())
+    scores = modified_z(values) if len(values) >= min_count else {}
+    for key, v in values.items():
+        if key in scores and scores[key] < z and v < ratio * med:
+            out[key] = f"{v:.3g} against the median {med:.3g} (modified z {scores[key]:.1f} < {z})"
+        elif floor is not None and v < floor:
+            out[key] = f"{v:.3g} below the floor {floor:.3g} (median {med:.3g})"
+    return out
+
+
+def classify(tested: Iterable[tuple[str, str]], bad: Iterable[tuple[str, str]]) -> dict:
+    """Tell bad nodes from bad links from the pairs measured and the pairs that went bad.
+
+    ``tested``: every pair measured (either order, a node pair once or more); ``bad``: the
+    pairs whose measurement failed or was slow (a subset). Returns
+    ``{"nodes": [...], "links": [(a, b), ...], "suspects": [...]}``: ``nodes`` were bad in
+    every one of their (>= 2) pairings; ``links`` are bad pairs with no such node in them;
+    ``suspects`` are nodes of a bad link with a single pairing (no second pass could tell
+    them apart). Pairs are sorted tuples, all lists sorted.
+    """
+    tested_pairs = {tuple(sorted(p)) for p in tested}
+    bad_pairs = {tuple(sorted(p)) for p in bad}
+    partners: dict[str, set[str]] = {}
+    for a, b in tested_pairs | bad_pairs:
+        partners.setdefault(a, set()).add(b)
+        partners.setdefault(b, set()).add(a)
+    bad_partners: dict[str, set[str]] = {}
+    for a, b in bad_pairs:
+        bad_partners.setdefault(a, set()).add(b)
+        bad_partners.setdefault(b, set()).add(a)
+    nodes = sorted(n for n, ps in bad_partners.items() if len(partners[n]) >= 2 and ps == partners[n])
+    links = sorted(p for p in bad_pairs if not set(p) & set(nodes))
+    suspects = sorted({n for p in links for n in p if len(partners[n]) < 2})
+    return {"nodes": nodes, "links": links, "suspects": suspects}

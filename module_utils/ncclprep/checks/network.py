@@ -1,0 +1,217 @@
+"""net.* (preflight's own checks): the network between nodes as net_probe measured it.
+
+Each host's record ``net`` is its net_probe result (library/net_probe.py RETURN): the
+directions it measured as the sender, ``links`` rows ``{src, dst, phase, latency_us: {p50,
+p99}, bandwidth_gbps, path_mtu: {mtu, ok, largest}, ports: {port: verdict}, hang, error}``,
+and who was ``missing_hosts`` / ``gone_hosts``.
+
+Links are named ``a -> b`` (one direction bad) or ``a <-> b`` (both). A node is named alone
+when it is bad in every pairing it had (blame.classify): a throttled NIC slows every
+direction it sends, so every pair it is in goes bad, while its peers each have good pairs.
+Slow bandwidth is judged against the cluster's median (blame.slow_outliers). Ports: a port
+bad from every node that probed it is the receiving node's (its firewall); bad from some
+only, the links.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from ansible.module_utils.ncclprep.blame import classify, slow_outliers
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
+
+REMEDY = {
+    "net.latency": "look for a congested or mis-routed path (tc qdisc, switch counters, a route via another NIC)",
+    "net.bandwidth": "check the named node's NIC: link speed (ethtool), errors, a shaping qdisc (tc qdisc show), "
+                     "its cable and switch port",
+    "net.path_mtu": "set one MTU on every NIC and switch port of the data plane (nic_mtu_value); "
+                    "the largest size that passes names the smallest hop",
+    "net.ports": "let the cluster in on those ports (role firewall: firewall_rendezvous_ports and the cluster "
+                 "CIDR rule), or free the port another process holds",
+    "net.run": "bring the named host back (is it up, is its probe process stuck?) and re-run validate.yml",
+}
+
+
+def _rows(records: dict[str, HostRecord]) -> list[dict]:
+    return [row for rec in records.values() for row in (((rec or {}).get("net") or {}).get("links") or [])]
+
+
+def _link_names(bad: set[tuple[str, str]], pairs: list[tuple[str, str]]) -> list[str]:
+    """``a -> b`` or ``a <-> b`` for each bad pair, from the bad directions."""
+    out = []
+    for a, b in pairs:
+        ab, ba = (a, b) in bad, (b, a) in bad
+        out.append(f"{a} <-> {b}" if ab and ba else (f"{a} -> {b}" if ab else f"{b} -> {a}"))
+    return out
+
+
+def _blame(tested: set[tuple[str, str]], bad: set[tuple[str, str]]) -> tuple[list[str], dict]:
+    """The names to blame (nodes, then links) for bad directions among the tested ones."""
+    found = classify(tested, bad)
+    return found["nodes"] + _link_names(bad, found["links"]), found
+
+
+def summarize_network(records: dict[str, HostRecord]) -> dict:
+    """The matrices of the report: ``{latency_p50_us, latency_p99_us, bandwidth_gbps,
+    path_mtu_largest, ports}``, each ``{src: {dst: value}}`` (ports: ``{src: {dst: {port:
+    verdict}}}``); a direction measured twice keeps its worse figure. {} when nothing ran."""
+    out: dict = {k: {} for k in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports")}
+    for row in _rows(records):
+        src, dst = row["src"], row["dst"]
+        lat = row.get("latency_us") or {}
+        for key, value, worse in (("latency_p50_us", lat.get("p50"), max), ("latency_p99_us", lat.get("p99"), max),
+                                  ("bandwidth_gbps", row.get("bandwidth_gbps"), min),
+                                  ("path_mtu_largest", (row.get("path_mtu") or {}).get("largest"), min)):
+            if value is not None:
+                cell = out[key].setdefault(src, {})
+                cell[dst] = worse(cell[dst], value) if dst in cell else value
+        if row.get("ports"):
+            out["ports"].setdefault(src, {}).setdefault(dst, {}).update(row["ports"])
+    return out if any(out.values()) else {}
+
+
+def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """net.run, net.latency, net.bandwidth, net.path_mtu, net.ports from every host's ``net``.
+
+    ``records``: every host's record (also hosts without facts). ``ctx``: ``max_latency_us``
+    (p50 limit, microseconds; None: none), ``slow_z`` / ``slow_ratio`` (the robust rule of
+    blame.slow_outliers) and ``min_gbps`` (a bandwidth floor in GB/s, GB = 1e9 bytes; None:
+    none). No net result anywhere: one net.run SKIP. Returns the checks in that order.
+    """
+    nets = {h: (r or {}).get("net") for h, r in records.items()}
+    nets = {h: n for h, n in nets.items() if n}
+    if not nets:
+        return [make_check("net.run", "SKIP", message="the network probe did not run")]
+    rows = _rows(records)
+    out = [_check_run(nets, rows)]
+    good = [r for r in rows if not r.get("hang") and not r.get("error")]
+    tested = {(r["src"], r["dst"]) for r in good}
+    out.append(_check_latency(good, tested, ctx))
+    out.append(_check_bandwidth(good, tested, ctx))
+    out.append(_check_path_mtu(good, tested))
+    out.append(_check_ports(rows))
+    return out
+
+
+def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
+    """HANG naming who never arrived, stopped answering, hung a test (classified like any bad
+    link) or, for a lost store, the first node; FAIL naming hosts whose probe raised; else PASS."""
+    missing = sorted({h for n in nets.values() for h in n.get("missing_hosts") or []})
+    gone = sorted({h for n in nets.values() for h in n.get("gone_hosts") or []})
+    store = sorted({n["store_error"] for n in nets.values() if n.get("store_error")})
+    first = next((n["hosts"][0] for n in nets.values() if n.get("hosts")), None)
+    failed = {h: n.get("error") for h, n in nets.items() if n.get("status") == "FAIL"}
+    hung = [r for r in rows if r.get("hang")]
+    tested = {(r["src"], r["dst"]) for r in rows}
+    hung_names = _blame(tested, {(r["src"], r["dst"]) for r in hung})[0] if hung else []
+    blame = set(missing) | set(gone) | set(hung_names) | ({first} if store and first else set())
+    expected = "every node takes part and answers"
+    if blame:
+        parts = [f"{', '.join(missing)} never arrived" if missing else "",
+                 f"{', '.join(gone)} stopped answering during the rounds" if gone else "",
+                 "; ".join(sorted({f"{r['src']} -> {r['dst']}: {r['hang']}" for r in hung}))[:300],
+                 store[0] if store else ""]
+        return make_check("net.run", "HANG", blame, measured={"missing": missing, "gone": gone, "hung": sorted(
+            f"{r['src']} -> {r['dst']}" for r in hung), "store": store}, expected=expected,
+            message="; ".join(p for p in parts if p), remediation=REMEDY["net.run"])
+    if failed:
+        return make_check("net.run", "FAIL", failed, measured=failed, expected=expected,
+                          message="; ".join(f"{h}: {e}" for h, e in sorted(failed.items()))[:400],
+                          remediation="read the error; torch must import in torch_runtime's venv (run site.yml)")
+    return make_check("net.run", "PASS", measured={"nodes": len(nets), "directions": len(tested)}, expected=expected,
+                      message=f"{len(nets)} nodes measured {len(tested)} directions")
+
+
+def _check_latency(rows: list[dict], tested: set, ctx: Context) -> Check:
+    p50 = {(r["src"], r["dst"]): r["latency_us"]["p50"] for r in rows if r.get("latency_us")}
+    p99 = {(r["src"], r["dst"]): r["latency_us"]["p99"] for r in rows if r.get("latency_us")}
+    limit = ctx.max_latency_us
+    if not p50:
+        return make_check("net.latency", "SKIP", message="no latency was measured")
+    bad = {k for k, v in p50.items() if limit is not None and v > limit}
+    names, _ = _blame(tested, bad)
+    med = statistics.median(p50.values())
+    return verdict("net.latency", names,
+                   measured={f"{a} -> {b}": {"p50": p50[(a, b)], "p99": p99[(a, b)]} for a, b in sorted(bad)}
+                   | {"median_p50": med},
+                   expected=f"p50 <= {limit:g} us" if limit is not None else "measured",
+                   message=f"TCP round trip p50 above {limit} us on {', '.join(names)}: "
+                           + ", ".join(f"{a} -> {b} {p50[(a, b)]:.0f} us" for a, b in sorted(bad))
+                           + f" (median {med:.0f} us)",
+                   remediation=REMEDY["net.latency"],
+                   passed=f"TCP round trip p50 median {med:.0f} us, worst {max(p50.values()):.0f} us, "
+                          f"worst p99 {max(p99.values()):.0f} us over {len(p50)} directions",
+                   passed_measured={"median_p50": med, "max_p50": max(p50.values()), "max_p99": max(p99.values())})
+
+
+def _check_bandwidth(rows: list[dict], tested: set, ctx: Context) -> Check:
+    rates: dict[tuple[str, str], float] = {}
+    for r in rows:
+        if r.get("bandwidth_gbps") is not None:
+            key = (r["src"], r["dst"])
+            rates[key] = min(rates.get(key, float("inf")), r["bandwidth_gbps"])
+    if not rates:
+        return make_check("net.bandwidth", "SKIP", message="no bandwidth was measured")
+    slow = slow_outliers(rates, z=ctx.slow_z, ratio=ctx.slow_ratio, floor=ctx.min_gbps)
+    names, found = _blame(tested, set(slow))
+    med = statistics.median(rates.values())
+    per_node = {n: {f"{a} -> {b}": rates[(a, b)] for a, b in sorted(slow) if n in (a, b)} for n in found["nodes"]}
+    detail = [f"{n}: " + ", ".join(f"{k} {v:.3g}" for k, v in per_node[n].items()) for n in found["nodes"]]
+    detail += [f"{name}" for name in names if name not in found["nodes"]]
+    expected = f"not far below the median (modified z >= {ctx.slow_z:g} or >= {ctx.slow_ratio:g} x median)" + (
+        f" and >= {ctx.min_gbps:g} GB/s" if ctx.min_gbps is not None else "")
+    return verdict("net.bandwidth", names,
+                   measured={"median_gbps": med, "slow": {f"{a} -> {b}": rates[(a, b)] for a, b in sorted(slow)},
+                             "why": {f"{a} -> {b}": w for (a, b), w in sorted(slow.items())}},
+                   expected=expected,
+                   message=f"slow TCP stream (GB/s) on {', '.join(names)}: {'; '.join(detail)} "
+                           f"(median {med:.3g} GB/s)",
+                   remediation=REMEDY["net.bandwidth"],
+                   passed=f"one TCP stream: median {med:.3g} GB/s, slowest {min(rates.values()):.3g} GB/s "
+                          f"over {len(rates)} directions",
+                   passed_measured={"median_gbps": med, "min_gbps": min(rates.values())})
+
+
+def _check_path_mtu(rows: list[dict], tested: set) -> Check:
+    pm = {(r["src"], r["dst"]): r["path_mtu"] for r in rows if r.get("path_mtu")}
+    if not pm:
+        return make_check("net.path_mtu", "SKIP", message="no path MTU was measured (no MTU intended)")
+    bad = {k for k, v in pm.items() if not v.get("ok")}
+    names, _ = _blame(tested, bad)
+    mtu = max(v["mtu"] for v in pm.values())
+    return verdict("net.path_mtu", names,
+                   measured={f"{a} -> {b}": {"largest": pm[(a, b)].get("largest")} for a, b in sorted(bad)},
+                   expected=f"{mtu} B with don't-fragment on every path",
+                   message=f"{mtu} B does not pass with don't-fragment on {', '.join(names)}: "
+                           + ", ".join(f"{a} -> {b} largest {pm[(a, b)].get('largest')} B" for a, b in sorted(bad)),
+                   remediation=REMEDY["net.path_mtu"],
+                   passed=f"{mtu} B passes with don't-fragment on {len(pm)} directions", passed_measured=mtu)
+
+
+def _check_ports(rows: list[dict]) -> Check:
+    """A (dst, port) that is filtered, refused or unroutable from every source that probed it
+    blames dst; from some sources only, the links. ``hang`` verdicts belong to net.run."""
+    probed: dict[tuple[str, str], dict[str, str]] = {}
+    for r in rows:
+        for port, v in (r.get("ports") or {}).items():
+            probed.setdefault((r["dst"], port), {})[r["src"]] = v
+    if not probed:
+        return make_check("net.ports", "SKIP", message="no port was probed")
+    bad = {key: {s: v for s, v in seen.items() if v not in ("open", "hang")} for key, seen in probed.items()}
+    bad = {key: seen for key, seen in bad.items() if seen}
+    blame: set[str] = set()
+    for (dst, _port), seen in bad.items():
+        if len(seen) == len(probed[(dst, _port)]) and len(seen) >= 2:
+            blame.add(dst)
+        else:
+            blame.update(f"{src} -> {dst}" for src in seen)
+    measured = {}
+    for (dst, port), seen in sorted(bad.items()):
+        measured.setdefault(dst, {})[port] = seen
+    ports = sorted({int(p) for _, p in probed})
+    return verdict("net.ports", sorted(blame), measured=measured, expected="open from every peer",
+                   message="; ".join(f"{dst}:{port} " + ", ".join(f"{v} from {s}" for s, v in sorted(seen.items()))
+                                     for (dst, port), seen in sorted(bad.items()))[:400],
+                   remediation=REMEDY["net.ports"],
+                   passed=f"ports {', '.join(map(str, ports))} open between every pair measured",
+                   passed_measured=ports)
