@@ -11,6 +11,12 @@ below ``ratio`` x median (default 0.5): on a healthy, homogeneous cluster MAD ca
 and a 5 % dip would otherwise be an "outlier". Independently, a value below ``floor`` (a
 figure derived from the link speed, when it is known) is slow.
 
+Slow bandwidth (``slow_bandwidth``) is judged twice. First per node: the median of what each
+node sends and of what it receives, held against the other nodes' (a throttled NIC slows
+every direction it sends, and with few nodes its directions are too large a share of all
+directions for the robust rule to see them: with 3 nodes, a third). Then per direction, for
+the directions that no slow node explains (a bad link).
+
 Node or link (``classify``), after DLRover's network check and cluster-health-scanner's
 second pass: every node is measured in several pairs; a node bad in every pairing it had
 (at least two) is the node at fault; a bad pair neither of whose nodes is such a node is a
@@ -68,6 +74,35 @@ def slow_outliers(values: Mapping[Hashable, float], z: float = -3.5, ratio: floa
         elif floor is not None and v < floor:
             out[key] = f"{v:.3g} below the floor {floor:.3g} (median {med:.3g})"
     return out
+
+
+def slow_bandwidth(rates: Mapping[tuple[str, str], float], z: float = -3.5, ratio: float = 0.5,
+                   floor: float | None = None) -> dict:
+    """Slow nodes and slow links from one rate per direction.
+
+    ``rates``: ``(src, dst) -> GB/s`` (higher is better). Returns ``{"nodes": {node: reason},
+    "links": {(src, dst): reason}}``: a node is slow when the median of its sending (or
+    receiving) directions is slow against the other nodes' medians (``slow_outliers``, 3
+    nodes at least); a direction is a slow link when it is slow against every direction that
+    no slow node sends (or receives, for a slow receiver), or below ``floor``. Raises
+    ValueError as ``slow_outliers`` does.
+    """
+    nodes: dict[str, str] = {}
+    for idx, verb in ((0, "sends"), (1, "receives")):
+        per_node: dict[str, list[float]] = {}
+        for key, v in rates.items():
+            per_node.setdefault(key[idx], []).append(v)
+        medians = {n: statistics.median(vs) for n, vs in per_node.items()}
+        for n, why in slow_outliers(medians, z=z, ratio=ratio).items():
+            nodes.setdefault(str(n), f"{verb} at a median {why}")
+    explained = {k for k in rates if (k[0] in nodes and nodes[k[0]].startswith("sends"))
+                 or (k[1] in nodes and nodes[k[1]].startswith("receives"))}
+    rest = {k: v for k, v in rates.items() if k not in explained}
+    links = slow_outliers(rest, z=z, ratio=ratio, floor=floor)
+    if floor is not None:
+        links.update({k: f"{v:.3g} below the floor {floor:.3g}" for k, v in rates.items()
+                      if k in explained and v < floor})
+    return {"nodes": nodes, "links": dict(links)}
 
 
 def classify(tested: Iterable[tuple[str, str]], bad: Iterable[tuple[str, str]]) -> dict:

@@ -44,7 +44,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.ncclprep.blame import slow_outliers
+from ansible.module_utils.ncclprep.blame import slow_bandwidth
 from ansible.module_utils.ncclprep.schedule import pair_schedule, partner, repair_rounds
 
 # linux/in.h, linux/in6.h (Python's socket module does not export them)
@@ -95,10 +95,10 @@ def link_problems(links: list[dict], max_latency_us: float | None, slow_z: float
     ``links``: the ``links`` rows of every node's result (see ``run_node``). Wrong: the
     direction hung or failed (``hang``, ``error``); latency p50 above ``max_latency_us``
     (None: no limit); path MTU not passing at the configured size; bandwidth slow by
-    ``blame.slow_outliers`` over all directions measured (``slow_z``, ``slow_ratio``,
-    floor ``min_gbps``). Port verdicts are not judged here (a port is a firewall matter of the
-    receiving node, checks/network.py). When a direction was measured twice (second phase),
-    any bad measurement counts.
+    ``blame.slow_bandwidth`` (``slow_z``, ``slow_ratio``, floor ``min_gbps``): every direction
+    a slow node sends (or receives), and every slow link. Port verdicts are not judged here
+    (a port is a firewall matter of the receiving node, checks/network.py). When a direction
+    was measured twice (second phase), any bad measurement counts.
     """
     out: dict[tuple[str, str], list[str]] = {}
 
@@ -122,7 +122,12 @@ def link_problems(links: list[dict], max_latency_us: float | None, slow_z: float
             add(key, f"path MTU: {pmtu.get('mtu')} B does not pass, largest {pmtu.get('largest')} B")
         if row.get("bandwidth_gbps") is not None:
             rates[key] = min(rates.get(key, float("inf")), row["bandwidth_gbps"])
-    for key, why in slow_outliers(rates, z=slow_z, ratio=slow_ratio, floor=min_gbps).items():
+    slow = slow_bandwidth(rates, z=slow_z, ratio=slow_ratio, floor=min_gbps)
+    for (src, dst), v in rates.items():
+        for node, why in slow["nodes"].items():
+            if (src == node and why.startswith("sends")) or (dst == node and why.startswith("receives")):
+                add((src, dst), f"bandwidth {v:.3g} GB/s: {node} {why}")
+    for key, why in slow["links"].items():
         add(key, f"bandwidth {why} GB/s")
     return out
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 
-from ansible.module_utils.ncclprep.blame import classify, slow_outliers
+from ansible.module_utils.ncclprep.blame import classify, slow_bandwidth
 from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
 
 REMEDY = {
@@ -145,6 +145,8 @@ def _check_latency(rows: list[dict], tested: set, ctx: Context) -> Check:
 
 
 def _check_bandwidth(rows: list[dict], tested: set, ctx: Context) -> Check:
+    """Slow nodes first (blame.slow_bandwidth's per-node rule), then the slow directions no
+    slow node explains, classified into nodes and links like any bad pair."""
     rates: dict[tuple[str, str], float] = {}
     for r in rows:
         if r.get("bandwidth_gbps") is not None:
@@ -152,20 +154,21 @@ def _check_bandwidth(rows: list[dict], tested: set, ctx: Context) -> Check:
             rates[key] = min(rates.get(key, float("inf")), r["bandwidth_gbps"])
     if not rates:
         return make_check("net.bandwidth", "SKIP", message="no bandwidth was measured")
-    slow = slow_outliers(rates, z=ctx.slow_z, ratio=ctx.slow_ratio, floor=ctx.min_gbps)
-    names, found = _blame(tested, set(slow))
+    slow = slow_bandwidth(rates, z=ctx.slow_z, ratio=ctx.slow_ratio, floor=ctx.min_gbps)
+    link_names, found = _blame(tested, set(slow["links"]))
+    names = sorted(set(slow["nodes"]) | set(found["nodes"])) + [n for n in link_names if n not in found["nodes"]]
     med = statistics.median(rates.values())
-    per_node = {n: {f"{a} -> {b}": rates[(a, b)] for a, b in sorted(slow) if n in (a, b)} for n in found["nodes"]}
-    detail = [f"{n}: " + ", ".join(f"{k} {v:.3g}" for k, v in per_node[n].items()) for n in found["nodes"]]
-    detail += [f"{name}" for name in names if name not in found["nodes"]]
+    detail = [f"{n} {why}" for n, why in sorted(slow["nodes"].items())]
+    detail += [f"{a} -> {b} {why}" for (a, b), why in sorted(slow["links"].items())]
+    node_rates = {f"{a} -> {b}": v for (a, b), v in sorted(rates.items()) if a in slow["nodes"] or b in slow["nodes"]}
     expected = f"not far below the median (modified z >= {ctx.slow_z:g} or >= {ctx.slow_ratio:g} x median)" + (
         f" and >= {ctx.min_gbps:g} GB/s" if ctx.min_gbps is not None else "")
     return verdict("net.bandwidth", names,
-                   measured={"median_gbps": med, "slow": {f"{a} -> {b}": rates[(a, b)] for a, b in sorted(slow)},
-                             "why": {f"{a} -> {b}": w for (a, b), w in sorted(slow.items())}},
+                   measured={"median_gbps": med, "nodes": slow["nodes"], "node_directions": node_rates,
+                             "links": {f"{a} -> {b}": rates[(a, b)] for a, b in sorted(slow["links"])}},
                    expected=expected,
                    message=f"slow TCP stream (GB/s) on {', '.join(names)}: {'; '.join(detail)} "
-                           f"(median {med:.3g} GB/s)",
+                           f"(median of all directions {med:.3g} GB/s)",
                    remediation=REMEDY["net.bandwidth"],
                    passed=f"one TCP stream: median {med:.3g} GB/s, slowest {min(rates.values()):.3g} GB/s "
                           f"over {len(rates)} directions",
