@@ -103,7 +103,9 @@ def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
     failed = {h: n.get("error") for h, n in nets.items() if n.get("status") == "FAIL"}
     hung = [r for r in rows if r.get("hang")]
     tested = {(r["src"], r["dst"]) for r in rows}
-    hung_names = _blame(tested, {(r["src"], r["dst"]) for r in hung})[0] if hung else []
+    # a direction to or from a node that left the run is that node's, not a link's
+    unexplained = {(r["src"], r["dst"]) for r in hung} - {k for k in tested if set(k) & (set(missing) | set(gone))}
+    hung_names = _blame(tested, unexplained)[0] if unexplained else []
     blame = set(missing) | set(gone) | set(hung_names) | ({first} if store and first else set())
     expected = "every node takes part and answers"
     if blame:
