@@ -20,11 +20,16 @@ import time
 
 from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor
 
-# Collectives each backend offers (gloo has no reduce_scatter in torch.distributed).
+# Collectives each backend runs. Gloo gained reduce_scatter_tensor in recent torch; where the
+# installed torch's gloo lacks it, reduce_scatter is measured as an all_reduce of the whole
+# input followed by a copy of this rank's chunk (the row says so in ``measured_as``; its busbw
+# is then a lower bound: all_reduce moves twice the data of a reduce_scatter).
 SUPPORTED = {
-    "gloo": ("all_reduce", "all_gather", "all_to_all", "broadcast"),
+    "gloo": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"),
     "nccl": ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"),
 }
+NATIVE = "native"
+EMULATED_REDUCE_SCATTER = "all_reduce of the whole input, then this rank's chunk (the backend has no reduce_scatter)"
 ELEMENT_BYTES = 4  # float32
 
 
@@ -68,8 +73,9 @@ def _count_wrong(torch, out, expected, world_size: int) -> int:
     return int((chunks != ref).sum().item())
 
 
-def _make_op(torch, dist, op: str, rank: int, n: int, count: int, device):
-    """Return ``(fill, run, output)``: fill() writes the correctness inputs, run() does the op."""
+def _make_op(torch, dist, op: str, rank: int, n: int, count: int, device, emulate: bool = False):
+    """Return ``(fill, run, output)``: fill() writes the correctness inputs, run() does the op.
+    ``emulate``: reduce_scatter as an all_reduce of the input, then this rank's chunk."""
     if op == "all_reduce":
         buf = torch.empty(count, dtype=torch.float32, device=device)
         return (lambda: buf.fill_(rank + 1)), (lambda: dist.all_reduce(buf)), buf
@@ -84,6 +90,11 @@ def _make_op(torch, dist, op: str, rank: int, n: int, count: int, device):
     if op == "reduce_scatter":
         inp = torch.empty(count, dtype=torch.float32, device=device)
         out = torch.empty(count // n, dtype=torch.float32, device=device)
+        if emulate:
+            def run():
+                dist.all_reduce(inp)
+                out.copy_(inp.view(n, -1)[rank])
+            return (lambda: inp.fill_(rank + 1)), run, out
         return (lambda: inp.fill_(rank + 1)), (lambda: dist.reduce_scatter_tensor(out, inp)), out
     if op == "all_to_all":
         inp = torch.empty(count, dtype=torch.float32, device=device)
@@ -172,13 +183,22 @@ def run_rank(
                 rows.append({"op": op, "skipped": f"not supported by the {backend} backend"})
                 continue
             factor = bus_factor(op, world_size)
+            emulate = False
             for size in sizes:
                 count = element_count(int(size), world_size)
                 nbytes = count * ELEMENT_BYTES
                 progress.stage(f"{op} {nbytes} B", rank=rank)
-                fill, run, out = _make_op(torch, dist, op, rank, world_size, count, device)
+                fill, run, out = _make_op(torch, dist, op, rank, world_size, count, device, emulate)
                 fill()
-                run()
+                try:
+                    run()
+                except RuntimeError as exc:  # every rank's backend refuses it before any traffic
+                    if op != "reduce_scatter" or emulate or "support" not in str(exc).lower():
+                        raise
+                    emulate = True
+                    fill, run, out = _make_op(torch, dist, op, rank, world_size, count, device, emulate)
+                    fill()
+                    run()
                 sync()
                 wrong = _count_wrong(torch, out, expected_values(op, rank, world_size, count), world_size)
                 for _ in range(warmup):
@@ -202,6 +222,7 @@ def run_rank(
                         "algbw_gbps": _sig(algbw),
                         "busbw_gbps": _sig(algbw * factor),
                         "wrong": wrong,
+                        "measured_as": EMULATED_REDUCE_SCATTER if emulate else NATIVE,
                     }
                 )
         progress.stage("destroy", rank=rank)

@@ -122,6 +122,21 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     assert rows[-1]["busbw_gbps"] == pytest.approx(rows[-1]["algbw_gbps"] * 4 / 3, rel=1e-3)
     for host in NODES:
         assert os.path.exists(os.path.join(reports, "latest", "hosts", f"{host}.json"))
+    # the network between the nodes: every direction measured, matrices in the report
+    for cid in ("net.run", "net.latency", "net.bandwidth", "net.path_mtu", "net.ports"):
+        assert statuses[cid] == "PASS", by[cid]
+    directions = {(a, b) for a in NODES for b in NODES if a != b}
+    net = data["network"]
+    for key in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports"):
+        assert {(a, b) for a, row in net[key].items() for b in row} == directions, key
+    assert all(v == 4096 for row in net["path_mtu_largest"].values() for v in row.values())
+    assert all(v > 0 for row in net["bandwidth_gbps"].values() for v in row.values())
+    for row in net["ports"].values():
+        for seen in row.values():
+            assert {"29400", "29500", "29510"} <= set(seen) and set(seen.values()) == {"open"}
+    # busbw of all five collectives (reduce_scatter natively on this torch's gloo)
+    assert sorted(data["collectives"]) == ["all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter"]
+    assert all(r["busbw_gbps"] > 0 for rows in data["collectives"].values() for r in rows)
 
 
 def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster, tmp_path_factory):
@@ -240,6 +255,68 @@ def test_firewall_off_on_node1_and_key_refused_by_node3_are_named(cluster, tmp_p
         run(["podman", "exec", "ncclprep-node1", "ufw", "--force", "enable"], timeout=60)
         run(["podman", "exec", "-i", "ncclprep-node3", "sh", "-c", "cat > /root/.ssh/authorized_keys"],
             timeout=60, input=keys.stdout)
+
+
+# One fault at a time on node2 (inject, undo) -> the one check that must go bad, whom it names,
+# and what it measured there.
+NET_FAULTS = [
+    pytest.param("tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 100ms", "tc qdisc del dev eth0 root",
+                 "net.bandwidth", ["node2"], "node2 sends at a median 0.02", id="throttled-link"),
+    pytest.param("ufw insert 1 deny 29500/tcp", "ufw delete deny 29500/tcp",
+                 "net.ports", ["node2"], "node2:29500 filtered from node1, filtered from node3", id="port-dropped"),
+    pytest.param("ufw insert 1 reject 29500/tcp", "ufw delete reject 29500/tcp",
+                 "net.ports", ["node2"], "node2:29500 refused from node1, refused from node3", id="port-rejected"),
+]
+
+
+@pytest.mark.parametrize("inject,undo,cid,hosts,detail", NET_FAULTS)
+def test_network_fault_on_node2_turns_exactly_its_check_bad(cluster, tmp_path_factory, inject, undo, cid, hosts,
+                                                             detail):
+    assert run(["podman", "exec", "ncclprep-node2", "sh", "-c", inject], timeout=60).returncode == 0
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val = playbook("validate", reports, timeout=600)
+        assert val.returncode != 0
+        bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
+        assert list(bad) == [cid], bad
+        assert bad[cid]["hosts"] == hosts and detail in bad[cid]["message"], bad[cid]
+    finally:
+        run(["podman", "exec", "ncclprep-node2", "sh", "-c", undo], timeout=60)
+
+
+def test_node3_paused_mid_probe_is_named_within_the_deadline(cluster, tmp_path_factory):
+    """node3 frozen (podman pause) once its network probe listens: the run ends by its deadlines
+    and every bad check names node3 alone."""
+    reports = str(tmp_path_factory.mktemp("reports"))
+    cmd = [os.path.join(BIN, "ansible-playbook"), "validate.yml", "-i", "inventory/local",
+           "-e", f"preflight_report_dir={reports}"]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    paused = False
+    try:
+        while proc.poll() is None and time.monotonic() - start < 300:
+            ss = subprocess.run(["podman", "exec", "ncclprep-node3", "ss", "-Hltn", "sport = :29521"], env=env(),
+                                capture_output=True, text=True, timeout=30)
+            if "LISTEN" in ss.stdout:
+                time.sleep(0.5)
+                paused = run(["podman", "pause", "ncclprep-node3"], timeout=60).returncode == 0
+                break
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        run(["podman", "unpause", "ncclprep-node3"], timeout=60)
+    elapsed = time.monotonic() - start
+    record("validate.yml with node3 paused mid-probe", elapsed)
+    sys.stdout.write(out[-3000:])
+    assert paused, "node3's probe never started listening"
+    assert proc.returncode != 0
+    bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
+    assert "host.reachable" in bad and bad["host.reachable"]["hosts"] == ["node3"]
+    assert all(c["hosts"] == ["node3"] for c in bad.values()), bad
+    assert set(bad) <= {"host.reachable", "net.run", "collective.run"}, bad
+    assert elapsed < 300
 
 
 def test_stopped_node3_is_named_without_a_hang(cluster, tmp_path_factory):

@@ -23,7 +23,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank, world, port, ops, sizes, timeout, queue):
+def _rank(rank, world, port, ops, sizes, timeout, queue, old_gloo=False):
+    if old_gloo:  # the gloo of an older torch: no reduce_scatter
+        import torch.distributed as dist
+
+        def refuse(*_a, **_k):
+            raise RuntimeError("ProcessGroupGloo does not support reduce_scatter")
+        dist.reduce_scatter_tensor = refuse
     out = run_with_deadline(
         run_rank,
         dict(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
@@ -34,11 +40,11 @@ def _rank(rank, world, port, ops, sizes, timeout, queue):
     queue.put((rank, out))
 
 
-def _run(world, ranks, ops, sizes, timeout=40):
+def _run(world, ranks, ops, sizes, timeout=40, old_gloo=False):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, ops, sizes, timeout, queue))
+    procs = [ctx.Process(target=_rank, args=(r, world, port, ops, sizes, timeout, queue, old_gloo))
              for r in ranks]
     for p in procs:
         p.start()
@@ -67,16 +73,24 @@ def test_three_ranks_gloo_sweep_correct_and_busbw_uses_nccl_tests_factor():
         assert out["outcome"] == "result", out
         value = out["value"]
         assert value["status"] == "PASS"
-        rows = [r for r in value["results"] if "skipped" not in r]
-        assert {r["op"] for r in rows} == {"all_reduce", "all_gather", "all_to_all", "broadcast"}
-        skipped = [r for r in value["results"] if "skipped" in r]
-        assert [r["op"] for r in skipped] == ["reduce_scatter"]
+        rows = value["results"]
+        assert {r["op"] for r in rows} == {"all_reduce", "all_gather", "all_to_all", "broadcast", "reduce_scatter"}
+        assert {r["measured_as"] for r in rows} == {"native"}  # torch 2.13's gloo has reduce_scatter
         for row in rows:
             assert row["wrong"] == 0
             assert row["size_bytes"] % (4 * 3) == 0
             factor = {"all_reduce": 4 / 3, "broadcast": 1.0}.get(row["op"], 2 / 3)
             assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * factor, rel=1e-3)
             assert row["time_us"] > 0
+
+
+def test_reduce_scatter_without_backend_support_is_measured_through_all_reduce_and_says_so():
+    res = _run(2, [0, 1], ["reduce_scatter"], [4096, 65536], old_gloo=True)
+    for rank in (0, 1):
+        value = res[rank]["value"]
+        assert value["status"] == "PASS", value
+        assert [(r["op"], r["wrong"]) for r in value["results"]] == [("reduce_scatter", 0)] * 2
+        assert all(r["measured_as"].startswith("all_reduce of the whole input") for r in value["results"])
 
 
 def test_missing_rank_is_reported_as_hang_naming_it():

@@ -1,0 +1,150 @@
+"""net.* checks (module_utils/ncclprep/checks/network.py) and their report matrices, on
+net_probe results shaped as the module returns them, with figures measured here."""
+
+from __future__ import annotations
+
+from ansible.module_utils.ncclprep.checks import evaluate
+from ansible.module_utils.ncclprep.checks.model import Context
+from ansible.module_utils.ncclprep.checks.network import check_network, summarize_network
+from ansible.module_utils.ncclprep.report import render_markdown
+
+HOSTS = ["node1", "node2", "node3"]
+# one TCP stream per direction (GB/s), the 3-node local cluster: node2's eth0 under tbf 200mbit
+THROTTLED = {("node1", "node2"): 1.58, ("node1", "node3"): 1.28, ("node2", "node1"): 0.0248,
+             ("node2", "node3"): 0.0248, ("node3", "node1"): 1.39, ("node3", "node2"): 1.15}
+PORTS = ["29400", "29500", "29510", "41234"]
+
+
+def row(src, dst, gbps=1.5, p50=40.0, ok=True, ports=None, hang=None):
+    return {"src": src, "dst": dst, "phase": 1, "round": 1, "latency_us": {"p50": p50, "p99": 2 * p50, "samples": 100},
+            "bandwidth_gbps": gbps, "bytes": int(gbps * 2.5e8),
+            "path_mtu": {"mtu": 4096, "ok": ok, "largest": 4096 if ok else 1500},
+            "ports": ports if ports is not None else dict.fromkeys(PORTS, "open"), "hang": hang, "error": None}
+
+
+def records(rows, missing=(), gone=(), hosts=HOSTS):
+    out = {}
+    for h in hosts:
+        out[h] = {"net": {"status": "HANG" if missing or gone else "PASS", "host": h, "hosts": hosts,
+                          "missing_hosts": list(missing), "gone_hosts": list(gone), "store_error": None,
+                          "links": [r for r in rows if r["src"] == h]}}
+    return out
+
+
+def all_rows(per=None):
+    """Every direction; ``per[(src, dst)]`` overrides row() arguments of that direction."""
+    per = per or {}
+    return [row(a, b, **per.get((a, b), {})) for a in HOSTS for b in HOSTS if a != b]
+
+
+def bad(checks):
+    return {c["id"]: c for c in checks if c["status"] in ("FAIL", "HANG")}
+
+
+CTX = Context(all_hosts=tuple(HOSTS), max_latency_us=500, slow_ratio=0.2)
+
+
+def test_healthy_cluster_passes_every_net_check_with_the_figures():
+    checks = check_network(records(all_rows()), CTX)
+    assert [c["id"] for c in checks] == ["net.run", "net.latency", "net.bandwidth", "net.path_mtu", "net.ports"]
+    assert {c["status"] for c in checks} == {"PASS"}
+    by = {c["id"]: c for c in checks}
+    assert by["net.run"]["measured"] == {"nodes": 3, "directions": 6}
+    assert by["net.bandwidth"]["measured"] == {"median_gbps": 1.5, "min_gbps": 1.5}
+    assert by["net.latency"]["measured"] == {"median_p50": 40.0, "max_p50": 40.0, "max_p99": 80.0}
+
+
+def test_throttled_node_is_named_alone_with_its_figures_beside_the_median():
+    rows = all_rows({k: {"gbps": v} for k, v in THROTTLED.items()})
+    found = bad(check_network(records(rows), CTX))
+    assert list(found) == ["net.bandwidth"]
+    bw = found["net.bandwidth"]
+    assert bw["hosts"] == ["node2"]
+    assert bw["measured"]["node_directions"]["node2 -> node1"] == 0.0248
+    assert "node2 sends at a median 0.0248 against the median 1.27" in bw["message"]
+
+
+def test_rendezvous_port_dropped_or_rejected_by_one_node_names_that_node():
+    for verdict in ("filtered", "refused"):
+        closed = dict.fromkeys(PORTS, "open") | {"29500": verdict}
+        rows = all_rows({(src, "node2"): {"ports": closed} for src in ("node1", "node3")})
+        found = bad(check_network(records(rows), CTX))
+        assert list(found) == ["net.ports"]
+        assert found["net.ports"]["hosts"] == ["node2"]
+        assert found["net.ports"]["measured"] == {"node2": {"29500": {"node1": verdict, "node3": verdict}}}
+        assert found["net.ports"]["message"] == f"node2:29500 {verdict} from node1, {verdict} from node3"
+
+
+def test_a_port_closed_from_one_peer_only_is_that_link():
+    rows = all_rows({("node1", "node3"): {"ports": dict.fromkeys(PORTS, "open") | {"41234": "no route"}}})
+    found = bad(check_network(records(rows), CTX))
+    assert found["net.ports"]["hosts"] == ["node1 -> node3"]
+
+
+def test_latency_over_the_limit_and_a_path_that_drops_large_frames_name_the_links():
+    rows = all_rows({("node1", "node3"): {"p50": 900.0}, ("node3", "node1"): {"p50": 700.0},
+                       ("node2", "node3"): {"ok": False}})
+    found = bad(check_network(records(rows), CTX))
+    assert sorted(found) == ["net.latency", "net.path_mtu"]
+    assert found["net.latency"]["hosts"] == ["node1 <-> node3"]
+    assert found["net.latency"]["measured"]["node1 -> node3"] == {"p50": 900.0, "p99": 1800.0}
+    assert found["net.path_mtu"]["hosts"] == ["node2 -> node3"]
+    assert "largest 1500 B" in found["net.path_mtu"]["message"]
+
+
+def test_a_node_that_stopped_mid_run_is_a_hang_naming_only_it():
+    rows = [r for r in all_rows({("node2", "node3"): {"hang": "latency: connected, then no answer within 2 s"}})
+            if r["src"] != "node3"]
+    recs = records(rows, gone=["node3"])
+    del recs["node3"]  # unreachable: no result came back
+    found = bad(check_network(recs, CTX))
+    assert list(found) == ["net.run"]
+    assert found["net.run"]["hosts"] == ["node3"]
+    assert "node3 stopped answering during the rounds" in found["net.run"]["message"]
+
+
+def test_a_node_that_never_arrived_and_a_lost_store():
+    recs = records([row("node1", "node2"), row("node2", "node1")], missing=["node3"])
+    found = bad(check_network(recs, CTX))
+    assert found["net.run"]["hosts"] == ["node3"] and "node3 never arrived" in found["net.run"]["message"]
+    recs = records([])
+    for h in ("node2", "node3"):
+        recs[h]["net"]["store_error"] = "the store on node1 (10.0.0.1:29520): timeout"
+    assert bad(check_network(recs, CTX))["net.run"]["hosts"] == ["node1"]
+
+
+def test_probe_error_is_a_fail_naming_the_host_and_nothing_ran_is_a_skip():
+    recs = records(all_rows())
+    recs["node2"]["net"] = {"status": "FAIL", "host": "node2", "hosts": HOSTS, "links": [], "missing_hosts": [],
+                            "gone_hosts": [], "error": "torch is not installed"}
+    found = bad(check_network(recs, CTX))
+    assert found["net.run"]["status"] == "FAIL" and found["net.run"]["hosts"] == ["node2"]
+    assert [(c["id"], c["status"]) for c in check_network({h: {} for h in HOSTS}, CTX)] == [("net.run", "SKIP")]
+
+
+def test_evaluate_passes_the_net_limits_and_refuses_unknown_ones():
+    rows = all_rows({("node1", "node2"): {"p50": 60.0}})
+    recs = {h: dict(r, facts=None) for h, r in records(rows).items()}
+    by = {c["id"]: c["status"] for c in evaluate(recs, HOSTS)}
+    assert by["net.latency"] == "FAIL"  # default limit: 50 us
+    by = {c["id"]: c["status"] for c in evaluate(recs, HOSTS, net_limits={"max_latency_us": 100})}
+    assert by["net.latency"] == "PASS"
+    try:
+        evaluate(recs, HOSTS, net_limits={"max_latency": 100})
+    except TypeError as exc:
+        assert "max_latency" in str(exc) and "max_latency_us" in str(exc)
+    else:
+        raise AssertionError("an unknown limit must be refused")
+
+
+def test_matrices_and_their_markdown_tables():
+    rows = all_rows({k: {"gbps": v} for k, v in THROTTLED.items()} | {
+        ("node1", "node2"): {"gbps": 1.58, "ports": dict.fromkeys(PORTS, "open") | {"29500": "filtered"}}})
+    net = summarize_network(records(rows))
+    assert net["bandwidth_gbps"]["node2"] == {"node1": 0.0248, "node3": 0.0248}
+    assert net["latency_p50_us"]["node1"]["node3"] == 40.0 and net["path_mtu_largest"]["node3"]["node2"] == 4096
+    assert net["ports"]["node1"]["node2"]["29500"] == "filtered"
+    md = render_markdown({"status": "FAIL", "generated_at": "t", "hosts": HOSTS, "checks": [], "network": net})
+    assert "| node2 | 0.0248 |  | 0.0248 |" in md
+    assert "- node1 -> node2:29500 filtered" in md
+    assert summarize_network({h: {} for h in HOSTS}) == {}
