@@ -52,8 +52,8 @@ ansible_facts:
   type: dict
   contains:
     ncclprep:
-      description: "hostname, versions{kernel, python, torch, torch_cuda, torch_nccl},
-        interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
+      description: "hostname, versions{kernel, python, driver, cuda, libnccl, torch, torch_cuda, torch_nccl,
+        cudnn}, interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
         sysctl_tuning{key: {value, writable}}, host_names[{host, name, expected, addresses, reachable, error}],
         hostinfo (below)"
       type: dict
@@ -81,6 +81,7 @@ from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
 from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
+from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
 
 _TORCH_PROBE = (
     "import json, torch\n"
@@ -89,7 +90,9 @@ _TORCH_PROBE = (
     "    nccl = '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None\n"
     "except Exception:\n"
     "    pass\n"
+    "cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None\n"
     "print(json.dumps({'torch': torch.__version__, 'torch_cuda': torch.version.cuda, 'torch_nccl': nccl,\n"
+    "                  'cudnn': str(cudnn) if cudnn else None,\n"
     "                  'gpus': torch.cuda.device_count() if torch.cuda.is_available() else 0}))\n"
 )
 
@@ -166,7 +169,7 @@ def resolve(entries: list, port: int, timeout: float) -> list:
 
 def torch_versions(module: AnsibleModule, python: str, timeout: float) -> dict:
     """torch, CUDA and NCCL versions from the venv's python (None values when absent)."""
-    empty = {"torch": None, "torch_cuda": None, "torch_nccl": None, "gpus": 0, "torch_error": None}
+    empty = {"torch": None, "torch_cuda": None, "torch_nccl": None, "cudnn": None, "gpus": 0, "torch_error": None}
     if not python or not os.path.exists(python):
         return dict(empty, torch_error=f"{python} does not exist")
     rc, stdout, stderr = module.run_command(["timeout", str(int(timeout)), python, "-c", _TORCH_PROBE])
@@ -176,6 +179,24 @@ def torch_versions(module: AnsibleModule, python: str, timeout: float) -> dict:
         return dict(empty, **json.loads(stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
         return dict(empty, torch_error=f"unreadable output: {stdout[:200]!r}")
+
+
+# Where the system's libnccl and CUDA toolkit live on Ubuntu (the NVIDIA packages' paths).
+LIBNCCL_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/cuda/lib64", "/usr/lib64")
+CUDA_FILES = ("/usr/local/cuda/version.json", "/usr/local/cuda/version.txt")
+
+
+def system_versions() -> dict:
+    """NVIDIA driver, CUDA toolkit and system libnccl versions (None where absent)."""
+    driver = parse_nvidia_driver(_read("/proc/driver/nvidia/version"))
+    cuda = next((v for v in (parse_cuda_version(_read(f)) for f in CUDA_FILES) if v), None)
+    nccl = None
+    for folder in LIBNCCL_DIRS:
+        link = os.path.join(folder, "libnccl.so.2")
+        if os.path.exists(link):
+            nccl = libnccl_version(os.path.basename(os.path.realpath(link)))
+            break
+    return {"driver": driver, "cuda": cuda, "libnccl": nccl}
 
 
 def main() -> None:
@@ -222,7 +243,7 @@ def main() -> None:
               for key, value in live.items()}
     facts = {
         "hostname": me,
-        "versions": dict(kernel=platform.release(), python=platform.python_version(),
+        "versions": dict(kernel=platform.release(), python=platform.python_version(), **system_versions(),
                          **torch_versions(module, p["torch_python"], max(p["timeout"], 60))),
         "interfaces": ifaces,
         "data_plane": data_plane,

@@ -56,7 +56,7 @@ phase() {
 
 phase bootstrap scripts/bootstrap.sh --test
 . scripts/env.sh
-phase ruff ruff check module_utils library filter_plugins src tests scripts
+phase ruff ruff check module_utils library filter_plugins src tests scripts bench
 phase "ansible-lint (profile production)" ansible-lint
 if [ $# -gt 0 ]; then
   phase "pytest $*" python -m pytest --durations=15 "$@"

@@ -7,8 +7,10 @@ one home.
 Slow (``slow_outliers``): the modified z-score of Iglewicz and Hoaglin (1993), robust to the
 outliers it looks for: ``M = 0.6745 (x - median) / MAD`` with MAD the median absolute
 deviation. A value is slow when ``M < z`` (default -3.5, their recommended cut) *and* it is
-below ``ratio`` x median (default 0.5): on a healthy, homogeneous cluster MAD can be tiny,
-and a 5 % dip would otherwise be an "outlier". Independently, a value below ``floor`` (a
+below ``ratio`` x the median of the other values (default 0.5): on a healthy, homogeneous
+cluster MAD can be tiny, and a 5 % dip would otherwise be an "outlier". Below 8 values MAD
+is no robust scale (with 3 nodes, the one bad node is one of the three deviations it is the
+median of), so there the ratio alone decides. Independently, a value below ``floor`` (a
 figure derived from the link speed, when it is known) is slow.
 
 Slow bandwidth (``slow_bandwidth``) is judged twice. First per node: the median of what each
@@ -51,13 +53,15 @@ def modified_z(values: Mapping[Hashable, float]) -> dict[Hashable, float]:
 
 
 def slow_outliers(values: Mapping[Hashable, float], z: float = -3.5, ratio: float = 0.5,
-                  floor: float | None = None, min_count: int = 3) -> dict[Hashable, str]:
+                  floor: float | None = None, min_z_count: int = 8) -> dict[Hashable, str]:
     """Keys whose value is slow, each with the reason (one line, figures beside the median).
 
     ``values``: key (a host, a link) -> a rate where higher is better (bandwidth in GB/s).
-    Slow: modified z-score below ``z`` and value below ``ratio`` x median (the robust rule
-    needs ``min_count`` values at least), or value below ``floor`` (same unit; None: no
-    floor). Raises ValueError for ``z`` >= 0 or ``ratio`` outside (0, 1].
+    Slow: below ``ratio`` x the median of the *other* values and, with ``min_z_count`` values
+    or more, a modified z-score below ``z`` too; or below ``floor`` (same unit; None: no
+    floor). With fewer values MAD is no robust scale (one outlier of 3 sets it), so the ratio
+    to the others' median is the rule alone. Raises ValueError for ``z`` >= 0 or ``ratio``
+    outside (0, 1].
     """
     if z >= 0:
         raise ValueError(f"z={z!r}: the cut for slow values must be negative (default -3.5)")
@@ -67,9 +71,14 @@ def slow_outliers(values: Mapping[Hashable, float], z: float = -3.5, ratio: floa
     if not values:
         return out
     med = statistics.median(values.values())
-    scores = modified_z(values) if len(values) >= min_count else {}
+    scores = modified_z(values) if len(values) >= min_z_count else None
     for key, v in values.items():
-        if key in scores and scores[key] < z and v < ratio * med:
+        others = [x for k, x in values.items() if k != key]
+        med_others = statistics.median(others) if others else None
+        below = med_others is not None and v < ratio * med_others
+        if below and scores is None:
+            out[key] = f"{v:.3g} against the median {med_others:.3g} of the others (below {ratio:g} x)"
+        elif below and scores[key] < z:
             out[key] = f"{v:.3g} against the median {med:.3g} (modified z {scores[key]:.1f} < {z})"
         elif floor is not None and v < floor:
             out[key] = f"{v:.3g} below the floor {floor:.3g} (median {med:.3g})"

@@ -123,8 +123,11 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     for host in NODES:
         assert os.path.exists(os.path.join(reports, "latest", "hosts", f"{host}.json"))
     # the network between the nodes: every direction measured, matrices in the report
-    for cid in ("net.run", "net.latency", "net.bandwidth", "net.path_mtu", "net.ports"):
+    for cid in ("net.run", "net.latency", "net.bandwidth", "net.path_mtu", "net.ports", "drift.files",
+                "versions.kernel", "versions.python"):
         assert statuses[cid] == "PASS", by[cid]
+    # the files of nccl_env, sysctl_tuning and ssh_trust on every node, as site.yml wrote them
+    assert by["drift.files"]["measured"] == 5 * len(NODES)
     directions = {(a, b) for a in NODES for b in NODES if a != b}
     net = data["network"]
     for key in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports"):
@@ -259,18 +262,21 @@ def test_firewall_off_on_node1_and_key_refused_by_node3_are_named(cluster, tmp_p
 
 # One fault at a time on node2 (inject, undo) -> the one check that must go bad, whom it names,
 # and what it measured there.
-NET_FAULTS = [
+FAULTS = [
     pytest.param("tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 100ms", "tc qdisc del dev eth0 root",
                  "net.bandwidth", ["node2"], "node2 sends at a median 0.02", id="throttled-link"),
     pytest.param("ufw insert 1 deny 29500/tcp", "ufw delete deny 29500/tcp",
                  "net.ports", ["node2"], "node2:29500 filtered from node1, filtered from node3", id="port-dropped"),
     pytest.param("ufw insert 1 reject 29500/tcp", "ufw delete reject 29500/tcp",
                  "net.ports", ["node2"], "node2:29500 refused from node1, refused from node3", id="port-rejected"),
+    pytest.param("echo NCCL_DEBUG=TRACE >> /etc/nccl.conf", "sed -i '/^NCCL_DEBUG=TRACE$/d' /etc/nccl.conf",
+                 "drift.files", ["node2"], "node2: /etc/nccl.conf differs: +NCCL_DEBUG=TRACE (nccl_env)",
+                 id="hand-edit"),
 ]
 
 
-@pytest.mark.parametrize("inject,undo,cid,hosts,detail", NET_FAULTS)
-def test_network_fault_on_node2_turns_exactly_its_check_bad(cluster, tmp_path_factory, inject, undo, cid, hosts,
+@pytest.mark.parametrize("inject,undo,cid,hosts,detail", FAULTS)
+def test_fault_on_node2_turns_exactly_its_check_bad(cluster, tmp_path_factory, inject, undo, cid, hosts,
                                                              detail):
     assert run(["podman", "exec", "ncclprep-node2", "sh", "-c", inject], timeout=60).returncode == 0
     try:

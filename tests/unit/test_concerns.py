@@ -21,6 +21,8 @@ with open(os.path.join(REPO, "playbooks", "vars", "concerns.yml"), encoding="utf
 # Check modules that belong to the preflight itself, not to a provisioning concern.
 PREFLIGHT = {"reachable": "host.reachable", "data_plane": "data_plane.interface",
              "network": "net.run, net.latency, net.bandwidth, net.path_mtu and net.ports",
+             "drift": "drift.files: the files site.yml manages as it would write them",
+             "versions": "versions.<key>: kernel, Python, driver, CUDA, NCCL, cuDNN alike on every node",
              "collectives": "collective.run and collective.<op>", "smoke": "torchrun.smoke"}
 # Modules of the package that hold no check.
 SUPPORT = {"__init__": "evaluate and the registry", "model": "the check model, the record, shared helpers"}

@@ -61,7 +61,7 @@ def test_throttled_node_is_named_alone_with_its_figures_beside_the_median():
     bw = found["net.bandwidth"]
     assert bw["hosts"] == ["node2"]
     assert bw["measured"]["node_directions"]["node2 -> node1"] == 0.0248
-    assert "node2 sends at a median 0.0248 against the median 1.27" in bw["message"]
+    assert "node2 sends at a median 0.0248 against the median 1.35 of the others" in bw["message"]
 
 
 def test_rendezvous_port_dropped_or_rejected_by_one_node_names_that_node():
@@ -148,3 +148,31 @@ def test_matrices_and_their_markdown_tables():
     assert "| node2 | 0.0248 |  | 0.0248 |" in md
     assert "- node1 -> node2:29500 filtered" in md
     assert summarize_network({h: {} for h in HOSTS}) == {}
+
+
+# ---------------------------------------------------------------- versions.<key>
+
+def test_versions_name_the_outliers_against_the_majority():
+    from ansible.module_utils.ncclprep.checks.versions import check_versions
+    from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
+
+    v = {"kernel": "6.8.0-45-generic", "python": "3.12.3", "driver": "550.90.07", "torch_nccl": "2.21.5",
+         "libnccl": None, "cudnn": "90100"}
+    recs = {h: {"facts": {"versions": dict(v)}} for h in HOSTS}
+    recs["node3"]["facts"]["versions"].update(kernel="6.5.0-35-generic", driver=None)
+    by = {c["id"]: c for c in check_versions(recs, CTX)}
+    assert "versions.libnccl" not in by  # no host has a system libnccl: no check
+    assert by["versions.kernel"]["status"] == "FAIL" and by["versions.kernel"]["hosts"] == ["node3"]
+    assert by["versions.kernel"]["measured"] == {"node3": "6.5.0-35-generic"}
+    assert by["versions.kernel"]["expected"] == "6.8.0-45-generic"
+    assert by["versions.driver"]["hosts"] == ["node3"] and "node3 (absent)" in by["versions.driver"]["message"]
+    assert by["versions.torch_nccl"]["status"] == "PASS" and by["versions.python"]["measured"] == "3.12.3"
+    # the files the versions are read from, as the NVIDIA packages write them
+    assert parse_nvidia_driver("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC "
+                               "2023\nGCC version:  gcc version 12.3.0") == "535.104.05"
+    assert parse_nvidia_driver("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build"
+                               ) == "550.90.07"
+    assert parse_nvidia_driver("") is None
+    assert parse_cuda_version('{"cuda": {"name": "CUDA SDK", "version": "12.2.140"}}') == "12.2.140"
+    assert parse_cuda_version("CUDA Version 10.2.89\n") == "10.2.89" and parse_cuda_version("{bad") is None
+    assert libnccl_version("libnccl.so.2.18.3") == "2.18.3" and libnccl_version("libnccl.so.2") is None

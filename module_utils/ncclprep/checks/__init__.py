@@ -8,6 +8,7 @@ The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the c
      "intent": {<concern>: ...}, # <concern>_intent per concern of playbooks/vars/concerns.yml, or None
      "ssh": list | None,         # ssh_mesh results run on the host
      "net": dict | None,         # net_probe result (directions this host sent)
+     "drift": list | None,       # managed_files rows (files site.yml manages, compared)
      "probe": dict | None,       # nccl_probe result
      "smoke": dict | None}       # torchrun_smoke result
 
@@ -20,7 +21,7 @@ one-line remediation. Most checks collect their problems first and then call
 The registry. ``REGISTRY`` lists the check functions in report order, each from its module:
 one module per concern of playbooks/vars/concerns.yml (``checks/<concern>.py``, names in
 ``CONCERN_MODULES``) and the preflight's own modules (``PREFLIGHT_MODULES``: reachable,
-data_plane, network, collectives, smoke). Every function is ``check(records, ctx) -> list[Check]``
+data_plane, versions, drift, network, collectives, smoke). Every function is ``check(records, ctx) -> list[Check]``
 with ``ctx`` a ``model.Context``; concern checks see only the hosts that gave facts.
 Adding a concern's check: its module here, one ``Entry`` in REGISTRY, one line in concerns.yml.
 
@@ -35,6 +36,7 @@ from typing import NamedTuple
 
 from ansible.module_utils.ncclprep.checks.collectives import check_collectives, summarize_collectives
 from ansible.module_utils.ncclprep.checks.data_plane import check_interface
+from ansible.module_utils.ncclprep.checks.drift import check_drift
 from ansible.module_utils.ncclprep.checks.firewall import check_firewall
 from ansible.module_utils.ncclprep.checks.host_names import check_names
 from ansible.module_utils.ncclprep.checks.model import (
@@ -59,6 +61,7 @@ from ansible.module_utils.ncclprep.checks.smoke import check_smoke
 from ansible.module_utils.ncclprep.checks.ssh_trust import check_ssh
 from ansible.module_utils.ncclprep.checks.sysctl_tuning import check_sysctl
 from ansible.module_utils.ncclprep.checks.torch_runtime import check_torch
+from ansible.module_utils.ncclprep.checks.versions import check_versions
 
 __all__ = [
     "BAD", "CONCERN_MODULES", "PREFLIGHT_MODULES", "REGISTRY", "STATUSES", "SUPPORT_MODULES", "Check", "Context",
@@ -89,6 +92,8 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("firewall", check_firewall),
     Entry("ssh_trust", check_ssh),
     Entry("torch_runtime", check_torch),
+    Entry("versions", check_versions),
+    Entry("drift", check_drift, with_facts_only=False),
     Entry("nccl_env", check_ifname),
     Entry("network", check_network, with_facts_only=False),
     Entry("collectives", check_collectives, with_facts_only=False),
@@ -96,7 +101,7 @@ REGISTRY: tuple[Entry, ...] = (
 )
 
 #: Check modules that belong to the preflight itself, not to a concern of concerns.yml.
-PREFLIGHT_MODULES = ("reachable", "data_plane", "network", "collectives", "smoke")
+PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "drift", "network", "collectives", "smoke")
 #: Modules of this package that hold no check (the model and shared helpers).
 SUPPORT_MODULES = ("model",)
 #: One check module per concern of playbooks/vars/concerns.yml, in report order.

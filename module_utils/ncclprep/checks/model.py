@@ -53,6 +53,8 @@ class HostRecord(TypedDict):
       Holds exactly one key per concern of playbooks/vars/concerns.yml.
     - ``ssh``: the ssh_mesh module's ``results`` run on this host (``[{host, name, ok, cause,
       explanation}]``), or None when it did not run.
+    - ``drift``: the managed_files module's ``files`` rows (every file site.yml manages on
+      the host, compared with what it would write now), or None when it did not run.
     - ``net``: the net_probe module's ``net`` result (the directions this host measured as
       the sender), or None when it did not run.
     - ``probe``: the nccl_probe module's ``probe`` result, or None when it did not run.
@@ -65,6 +67,7 @@ class HostRecord(TypedDict):
     facts: dict | None
     intent: dict[str, Any]
     ssh: list | None
+    drift: list | None
     net: dict | None
     probe: dict | None
     smoke: dict | None
@@ -73,6 +76,7 @@ class HostRecord(TypedDict):
 #: Where the preflight role registers each module result: record key -> (variable, key in it).
 RESULT_VARS = {
     "ssh": ("__preflight_ssh", "results"),
+    "drift": ("__preflight_drift", "files"),
     "net": ("__preflight_net", "net"),
     "probe": ("__preflight_probe", "probe"),
     "smoke": ("__preflight_smoke", "smoke"),
@@ -115,7 +119,8 @@ def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterab
         intent[name] = hostvars.get(f"{name}_intent")
     facts = (hostvars.get("ansible_facts") or {}).get("ncclprep")
     results = {key: ((hostvars.get(var) or {}).get(field)) for key, (var, field) in RESULT_VARS.items()}
-    return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"], net=results["net"],
+    return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"],
+                      drift=results["drift"], net=results["net"],
                       probe=results["probe"], smoke=results["smoke"])
 
 

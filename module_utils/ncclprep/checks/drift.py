@@ -1,0 +1,34 @@
+"""drift.files (preflight's own check): the files site.yml manages hold what it would write.
+
+Record ``drift``: the managed_files module's rows for the host, ``[{concern, path, state,
+diff, mode_expected, mode_found}]`` (module_utils/ncclprep/drift.py). Live settings are held
+by each concern's own checks (sysctl.*, data_plane.mtu, rps_rfs.queues, ...); this check holds
+the files that carry them across a reboot or into every launch.
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
+from ansible.module_utils.ncclprep.drift import summary
+
+
+def check_drift(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """drift.files: FAIL naming every host with a file not as site.yml would write it,
+    measured host -> {path: the diff lines (or the state)}, the message one line per file;
+    SKIP when no host compared its files."""
+    rows = {h: (r or {}).get("drift") for h, r in records.items()}
+    rows = {h: v for h, v in rows.items() if v is not None}
+    if not rows:
+        return [make_check("drift.files", "SKIP", message="no managed file was compared")]
+    bad = {h: [f for f in files if f["state"] != "ok"] for h, files in rows.items()}
+    bad = {h: files for h, files in bad.items() if files}
+    n = sum(len(files) for files in rows.values())
+    return [verdict(
+        "drift.files", bad, measured={h: {f["path"]: f["diff"] or f["state"] for f in files}
+                                      for h, files in sorted(bad.items())},
+        expected="what site.yml writes from the inventory",
+        message="; ".join(f"{h}: {summary(f)} ({f['concern']})" for h, files in sorted(bad.items())
+                          for f in files)[:600],
+        remediation="a hand edit or an inventory change not applied: put the change into the inventory and "
+                    "re-run site.yml (it rewrites the file), or undo the edit",
+        passed=f"{n} managed files on {len(rows)} hosts as site.yml writes them", passed_measured=n)]
