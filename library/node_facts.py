@@ -54,7 +54,8 @@ ansible_facts:
     ncclprep:
       description: "hostname, versions{kernel, python, driver, cuda, libnccl, torch, torch_cuda, torch_nccl,
         cudnn}, interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
-        sysctl_tuning{key: {value, writable}}, host_names[{host, name, expected, addresses, reachable, error}],
+        limits{memlock (bytes, null unlimited), shm_bytes, rdma_devices}, sysctl_tuning{key: {value, writable}},
+        host_names[{host, name, expected, addresses, reachable, error}],
         hostinfo (below)"
       type: dict
       contains:
@@ -199,6 +200,26 @@ def system_versions() -> dict:
     return {"driver": driver, "cuda": cuda, "libnccl": nccl}
 
 
+def limits() -> dict:
+    """What limits a job's ranks here: ``memlock`` (soft RLIMIT_MEMLOCK in bytes, None for
+    unlimited; RDMA registers memory under it), ``shm_bytes`` (size of /dev/shm, where NCCL's
+    SHM transport and DataLoader workers put their buffers; None when absent) and
+    ``rdma_devices`` (/sys/class/infiniband: IB and RoCE HCAs)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    try:
+        st = os.statvfs("/dev/shm")
+        shm = st.f_blocks * st.f_frsize
+    except OSError:
+        shm = None
+    try:
+        rdma = sorted(os.listdir("/sys/class/infiniband"))
+    except OSError:
+        rdma = []
+    return {"memlock": None if soft == resource.RLIM_INFINITY else soft, "shm_bytes": shm, "rdma_devices": rdma}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -246,6 +267,7 @@ def main() -> None:
         "versions": dict(kernel=platform.release(), python=platform.python_version(), **system_versions(),
                          **torch_versions(module, p["torch_python"], max(p["timeout"], 60))),
         "interfaces": ifaces,
+        "limits": limits(),
         "data_plane": data_plane,
         "cidr": p["cidr"],
         "sysctl_tuning": sysctl,

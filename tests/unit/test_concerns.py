@@ -21,6 +21,7 @@ with open(os.path.join(REPO, "playbooks", "vars", "concerns.yml"), encoding="utf
 # Check modules that belong to the preflight itself, not to a provisioning concern.
 PREFLIGHT = {"reachable": "host.reachable", "data_plane": "data_plane.interface",
              "network": "net.run, net.latency, net.bandwidth, net.path_mtu and net.ports",
+             "limits": "limits.memlock (RDMA hosts) and limits.shm (GPU hosts)",
              "drift": "drift.files: the files site.yml manages as it would write them",
              "versions": "versions.<key>: kernel, Python, driver, CUDA, NCCL, cuDNN alike on every node",
              "collectives": "collective.run and collective.<op>", "smoke": "torchrun.smoke"}

@@ -176,3 +176,27 @@ def test_versions_name_the_outliers_against_the_majority():
     assert parse_cuda_version('{"cuda": {"name": "CUDA SDK", "version": "12.2.140"}}') == "12.2.140"
     assert parse_cuda_version("CUDA Version 10.2.89\n") == "10.2.89" and parse_cuda_version("{bad") is None
     assert libnccl_version("libnccl.so.2.18.3") == "2.18.3" and libnccl_version("libnccl.so.2") is None
+
+
+# ---------------------------------------------------------------- limits.memlock, limits.shm
+
+def test_memlock_on_rdma_hosts_and_shm_on_gpu_hosts():
+    from ansible.module_utils.ncclprep.checks.limits import MIN_SHM_BYTES, check_limits
+
+    def rec(memlock, shm, rdma, gpus):
+        return {"facts": {"limits": {"memlock": memlock, "shm_bytes": shm, "rdma_devices": rdma},
+                          "versions": {"gpus": gpus}}}
+
+    # CPU nodes of a TCP cluster (the local one: a container's 64 MiB /dev/shm, memlock 8 MiB)
+    cpu = {h: rec(8 << 20, 64 << 20, [], 0) for h in HOSTS}
+    assert [(c["id"], c["status"]) for c in check_limits(cpu, CTX)] == [("limits.memlock", "SKIP"),
+                                                                         ("limits.shm", "SKIP")]
+    gpu = {h: rec(None, 32 << 30, ["mlx5_0", "mlx5_1"], 8) for h in HOSTS}
+    gpu["node2"] = rec(64 << 10, 64 << 20, ["mlx5_0"], 8)
+    by = {c["id"]: c for c in check_limits(gpu, CTX)}
+    assert by["limits.memlock"]["status"] == "FAIL" and by["limits.memlock"]["hosts"] == ["node2"]
+    assert by["limits.memlock"]["measured"] == {"node2": 65536}
+    assert by["limits.shm"]["hosts"] == ["node2"] and by["limits.shm"]["measured"] == {"node2": 64 << 20}
+    gpu["node2"] = rec(None, MIN_SHM_BYTES, ["mlx5_0"], 8)
+    assert {c["status"] for c in check_limits(gpu, CTX)} == {"PASS"}
+    assert check_limits({h: {"facts": {"versions": {}}} for h in HOSTS}, CTX) == []

@@ -21,8 +21,9 @@ one-line remediation. Most checks collect their problems first and then call
 The registry. ``REGISTRY`` lists the check functions in report order, each from its module:
 one module per concern of playbooks/vars/concerns.yml (``checks/<concern>.py``, names in
 ``CONCERN_MODULES``) and the preflight's own modules (``PREFLIGHT_MODULES``: reachable,
-data_plane, versions, drift, network, collectives, smoke). Every function is ``check(records, ctx) -> list[Check]``
-with ``ctx`` a ``model.Context``; concern checks see only the hosts that gave facts.
+data_plane, versions, limits, drift, network, collectives, smoke). Every function is
+``check(records, ctx) -> list[Check]`` with ``ctx`` a ``model.Context``; concern checks see
+only the hosts that gave facts.
 Adding a concern's check: its module here, one ``Entry`` in REGISTRY, one line in concerns.yml.
 
 Every import in this package is absolute (``ansible.module_utils.ncclprep.checks...``):
@@ -39,6 +40,7 @@ from ansible.module_utils.ncclprep.checks.data_plane import check_interface
 from ansible.module_utils.ncclprep.checks.drift import check_drift
 from ansible.module_utils.ncclprep.checks.firewall import check_firewall
 from ansible.module_utils.ncclprep.checks.host_names import check_names
+from ansible.module_utils.ncclprep.checks.limits import check_limits
 from ansible.module_utils.ncclprep.checks.model import (
     BAD,
     STATUSES,
@@ -93,6 +95,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("ssh_trust", check_ssh),
     Entry("torch_runtime", check_torch),
     Entry("versions", check_versions),
+    Entry("limits", check_limits),
     Entry("drift", check_drift, with_facts_only=False),
     Entry("nccl_env", check_ifname),
     Entry("network", check_network, with_facts_only=False),
@@ -101,7 +104,7 @@ REGISTRY: tuple[Entry, ...] = (
 )
 
 #: Check modules that belong to the preflight itself, not to a concern of concerns.yml.
-PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "drift", "network", "collectives", "smoke")
+PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "limits", "drift", "network", "collectives", "smoke")
 #: Modules of this package that hold no check (the model and shared helpers).
 SUPPORT_MODULES = ("model",)
 #: One check module per concern of playbooks/vars/concerns.yml, in report order.
