@@ -26,6 +26,10 @@ options:
         ncclprep_host_records."
       - A host of O(hosts) with no record or no facts is reported unreachable (C(host.reachable) FAIL).
   min_busbw_gbps: {type: float, description: "busbw floor in GB/s at the largest size; null: no floor."}
+  expect_net:
+    type: str
+    choices: [ib, socket]
+    description: "The network NCCL must use (collective.transport: FAIL where NCCL fell back to another); null: any."
   net_limits:
     type: dict
     default: {}
@@ -67,15 +71,16 @@ def main() -> None:
             records=dict(type="dict", required=True),
             min_busbw_gbps=dict(type="float"),
             net_limits=dict(type="dict", default={}),
+            expect_net=dict(type="str", choices=["ib", "socket"]),
         ),
         supports_check_mode=True,
     )
     p = module.params
     records = {h: (p["records"].get(h) or {}) for h in p["hosts"]}
     try:
-        checks = evaluate(records, p["hosts"], p["min_busbw_gbps"], p["net_limits"])
+        checks = evaluate(records, p["hosts"], p["min_busbw_gbps"], p["net_limits"], p["expect_net"])
     except TypeError as exc:
-        module.fail_json(msg=f"net_limits={p['net_limits']}: {exc}")
+        module.fail_json(msg=f"net_limits={p['net_limits']}, expect_net={p['expect_net']}: {exc}")
     stamp = utc_stamp()
     cluster = {
         "schema_version": SCHEMA_VERSION,

@@ -18,6 +18,8 @@ description:
   - The work runs in a child process under a hard deadline O(timeout); a rank that never
     arrives or a collective that never completes gives status C(HANG) naming the stage and
     the missing ranks, never a hung task.
+  - Under NCCL the ranks run with C(NCCL_DEBUG=INFO) into a log file of their own; the log is
+    parsed (module_utils/ncclprep/parsers/nccl_log.py) into RV(probe.nccl_log).
   - Must run with an interpreter that can import torch (torch_runtime's venv).
 options:
   rank: {type: int, required: true, description: This host's rank, 0 .. world_size-1.}
@@ -77,13 +79,22 @@ probe:
     results: {type: list, description: "Rows: op, size_bytes, count, time_us, algbw_gbps, busbw_gbps, wrong."}
     error: {type: str, description: Error text when the worker raised.}
     elapsed_s: {type: float, description: Seconds the probe took.}
+    nccl_log:
+      type: dict
+      description: >-
+        Under NCCL (run with NCCL_DEBUG=INFO), what NCCL's log says it used - version, versions, network,
+        net (ib or socket), transports {intra_host, inter_host}, socket_interfaces, ib_devices, gdr, warnings.
+    gloo_ifname: {type: str, description: "Under Gloo, GLOO_SOCKET_IFNAME: the interface it binds (null: host name)."}
 """
 
+import glob
 import os
+import shutil
 import sys
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.ncclprep.collectives import SUPPORTED, run_rank
+from ansible.module_utils.ncclprep.collectives import SUPPORTED, nccl_log_summary, run_rank
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
 from ansible.module_utils.ncclprep.envfile import read_env_file
 
@@ -151,6 +162,10 @@ def main() -> None:
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
     world_size = len(p["hosts"])
+    log_dir = None
+    if backend == "nccl":  # NCCL's own log of what it chose: version, network, transports, HCAs, GDR
+        log_dir = tempfile.mkdtemp(prefix="ncclprep-nccl-")
+        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=os.path.join(log_dir, "nccl.%h.%p.log"))
     run = run_with_deadline(
         run_rank,
         dict(
@@ -179,6 +194,15 @@ def main() -> None:
     else:
         probe.update(status="FAIL", stage=last_stage, results=[], error=run["value"])
     probe["missing_hosts"] = [p["hosts"][r] for r in probe.get("missing_ranks", [])]
+    if log_dir:
+        texts = []
+        for path in sorted(glob.glob(os.path.join(log_dir, "nccl.*.log"))):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                texts.append(fh.read())
+        shutil.rmtree(log_dir, ignore_errors=True)
+        probe["nccl_log"] = nccl_log_summary(texts)
+    else:
+        probe["gloo_ifname"] = os.environ.get("GLOO_SOCKET_IFNAME")
     module.exit_json(changed=False, probe=probe)
 
 

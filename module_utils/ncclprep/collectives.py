@@ -19,6 +19,7 @@ import socket
 import time
 
 from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor
+from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path, parse_nccl_log
 
 # Collectives each backend runs. Gloo gained reduce_scatter_tensor in recent torch; where the
 # installed torch's gloo lacks it, reduce_scatter is measured as an all_reduce of the whole
@@ -31,6 +32,14 @@ SUPPORTED = {
 NATIVE = "native"
 EMULATED_REDUCE_SCATTER = "all_reduce of the whole input, then this rank's chunk (the backend has no reduce_scatter)"
 ELEMENT_BYTES = 4  # float32
+
+
+def nccl_log_summary(texts: list[str]) -> dict:
+    """What NCCL's INFO logs of this host's ranks say it used: ``parsers.nccl_log.nccl_path``
+    plus ``warnings`` (the first 5 WARN messages) and ``unparsed`` (the count of lines not read)."""
+    parsed = parse_nccl_log("\n".join(texts))
+    return dict(nccl_path(parsed), warnings=[w["message"] for w in parsed["warnings"][:5]],
+                unparsed=len(parsed["unparsed"]))
 
 
 def element_count(size_bytes: int, world_size: int) -> int:

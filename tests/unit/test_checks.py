@@ -579,4 +579,4 @@ def test_report_order_and_ids_are_the_registry_order():
                    "sysctl.net.core.netdev_budget", "sysctl.net.core.somaxconn", "sysctl.net.ipv4.tcp_rmem",
                    "rps_rfs.queues", "numa.binding", "numa.irq_affinity", "roce.qos", "firewall.rules", "ssh.trust",
                    "versions.torch", "drift.files", "nccl_env.ifname", "net.run", "collective.reduce_scatter",
-                   "collective.all_reduce", "torchrun.smoke"]
+                   "collective.all_reduce", "collective.transport", "torchrun.smoke"]

@@ -200,3 +200,34 @@ def test_memlock_on_rdma_hosts_and_shm_on_gpu_hosts():
     gpu["node2"] = rec(None, MIN_SHM_BYTES, ["mlx5_0"], 8)
     assert {c["status"] for c in check_limits(gpu, CTX)} == {"PASS"}
     assert check_limits({h: {"facts": {"versions": {}}} for h in HOSTS}, CTX) == []
+
+
+# ---------------------------------------------------------------- collective.transport (NCCL's own log)
+
+def test_transport_from_nccl_logs_against_the_intent():
+    from ansible.module_utils.ncclprep.checks.collectives import check_transport
+    from ansible.module_utils.ncclprep.collectives import nccl_log_summary
+
+    ib = ("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\nh:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; "
+          "OOB eth0:10.0.0.1<0>\nh:1:2 [0] NCCL INFO Using network IB\n"
+          "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n")
+    fell_back = ("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\nh:1:2 [0] NCCL INFO NET/Socket : Using "
+                 "[0]eth0:10.0.0.2<0>\nh:1:2 [0] NCCL INFO Using network Socket\n")
+    old = "NCCL version 2.18.3+cuda12.2\nh:1:2 [0] NCCL INFO Using network IB\n"
+
+    def recs(texts):
+        return {h: {"probe": {"status": "PASS", "nccl_log": nccl_log_summary([t])}} for h, t in zip(HOSTS, texts)}
+
+    (ok,) = check_transport(recs([ib, ib, ib]), Context(all_hosts=tuple(HOSTS), expect_net="ib"))
+    assert ok["status"] == "PASS" and ok["measured"]["nccl_version"] == "2.21.5" and ok["measured"]["gdr"] is True
+    (bad,) = check_transport(recs([ib, fell_back, old]), Context(all_hosts=tuple(HOSTS), expect_net="ib"))
+    assert bad["status"] == "FAIL" and bad["hosts"] == ["node2", "node3"]
+    assert bad["measured"] == {"node2": {"network": "Socket"}, "node3": {"nccl_version": "2.18.3"}}
+    assert "node2 Socket, expected ib" in bad["message"] and "node3 2.18.3 against 2.21.5" in bad["message"]
+    # no intent for the network: only the versions are held
+    (any_net,) = check_transport(recs([ib, fell_back, ib]), Context(all_hosts=tuple(HOSTS)))
+    assert any_net["status"] == "PASS"
+    gloo = {h: {"probe": {"status": "PASS", "gloo_ifname": "eth0"}} for h in HOSTS}
+    (skip,) = check_transport(gloo, Context(all_hosts=tuple(HOSTS), expect_net="ib"))
+    assert skip["status"] == "SKIP" and "GLOO_SOCKET_IFNAME=eth0" in skip["message"]
+    assert check_transport({h: {} for h in HOSTS}, CTX) == []

@@ -88,7 +88,8 @@ def test_channel_format_other_warns_and_garbled_lines():
             "n1:10:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
             "\x00\x01 garbled [3]\n")
     parsed = parse_nccl_log(text)
-    assert parsed["unparsed"] == ["n1:10:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>", "\x00\x01 garbled [3]"]
+    assert parsed["unparsed"] == ["\x00\x01 garbled [3]"]
+    assert parsed["bootstrap"] == {"interface": "eth0", "address": "10.0.0.1"}
     assert [(h["kind"], h["channel"], h["dst_dev"], h["transport"]) for h in parsed["hops"]] == [
         ("Channel", 0, 0, "NET/IB/0/GDRDMA"), ("Channel", 1, 1, "P2P/CUMEM/read")]
     assert transports_used(parsed["hops"]) == {"intra_host": ["P2P/CUMEM"], "inter_host": ["NET/IB"]}
@@ -96,3 +97,67 @@ def test_channel_format_other_warns_and_garbled_lines():
     assert [(f["id"], f["severity"], f["subject"]) for f in findings] == [
         ("nccl.warn", "WARN", "n1"), ("nccl.transports", "INFO", "host")]
     assert "no IB/RDMA" not in findings[1]["message"]
+
+
+# The library lines in the formats NCCL prints them, old (2.5: a bare version line) and new
+# (2.19+: prefixed, RoCE HCAs, a net plugin; 2.20+: merged NICs), neutral names and addresses.
+OLD_IB = """\
+n1:24570:24907 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation
+n1:24570:24907 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168.0.1<0>
+NCCL version 2.5.6+cuda10.0
+n1:24570:24907 [0] NCCL INFO Channel 00 : 0[0] -> 1[0] [send] via NET/IB/0
+"""
+NEW_ROCE = """\
+n2:460770:460770 [0] NCCL INFO Bootstrap : Using enp1s0np0:10.0.0.2<0>
+n2:460770:460770 [0] NCCL INFO NCCL version 2.19.3+cuda12.3
+n2:460770:460842 [0] NCCL INFO NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp1s0np0:10.0.0.2<0>
+n2:460770:460842 [0] NCCL INFO Using non-device net plugin version 0
+n2:460770:460842 [0] NCCL INFO Using network IB
+n2:460770:460842 [0] NCCL INFO GPU Direct RDMA Enabled for GPU 0 / HCA 0 (distance 4 <= 5), read 0 mode Default
+n2:460770:460842 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDRDMA
+"""
+MERGED_PLUGIN = """\
+n3:1884:2298 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE} [1]={[2] mlx5_0:1/RoCE} [RO]; \
+OOB bond0.5:10.0.0.3<0>
+n3:1884:2298 [0] NCCL INFO Using network IBext_v8
+n3:1884:2298 [0] NCCL INFO Channel 00/0 : 1[0] -> 2[0] [receive] via NET/IBext_v8/1
+"""
+SOCKET = """\
+n4:10:10 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+n4:10:20 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.4<0>
+n4:10:20 [0] NCCL INFO Using network Socket
+n4:10:20 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0
+"""
+
+
+def test_library_version_network_hcas_and_gdr_old_and_new():
+    from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path
+
+    old = parse_nccl_log(OLD_IB)
+    assert old["versions"] == ["2.5.6"] and old["cuda"] == "10.0"
+    assert old["ib_devices"] == [{"device": "mlx5_0", "port": 1, "link_layer": "IB"}]
+    assert old["oob"] == {"interface": "ib0", "address": "192.168.0.1"}
+    path = nccl_path(old)
+    # 2.5 printed no "Using network" line: the NET hop tells
+    assert (path["version"], path["network"], path["net"], path["gdr"]) == ("2.5.6", "IB", "ib", None)
+    new = nccl_path(parse_nccl_log(NEW_ROCE))
+    assert new["version"] == "2.19.3" and new["net"] == "ib" and new["gdr"] is True
+    assert new["ib_devices"] == ["mlx5_10:1/RoCE", "mlx5_11:1/RoCE"]
+    assert parse_nccl_log(NEW_ROCE)["bootstrap"] == {"interface": "enp1s0np0", "address": "10.0.0.2"}
+    merged = parse_nccl_log(MERGED_PLUGIN.replace("\\\n", ""))
+    assert [d["device"] for d in merged["ib_devices"]] == ["mlx5_2", "mlx5_3", "mlx5_0"]
+    assert nccl_path(merged)["network"] == "IBext_v8" and nccl_path(merged)["net"] == "ib"
+    sock = nccl_path(parse_nccl_log(SOCKET))
+    assert (sock["net"], sock["socket_interfaces"], sock["transports"]["inter_host"]) == (
+        "socket", ["eth0"], ["NET/Socket"])
+    # two ranks on two NCCL versions: no single version
+    assert nccl_path(parse_nccl_log(OLD_IB + SOCKET))["version"] is None
+    for text in (OLD_IB, NEW_ROCE, SOCKET):
+        assert parse_nccl_log(text)["unparsed"] == [], text
+
+
+def test_the_case_logs_still_read_with_the_library_lines(case):
+    from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path
+
+    path = nccl_path(parse_nccl_log(case("nccl_log/rings-p2p-and-net-socket.txt")))
+    assert path["net"] == "socket" and path["transports"] == {"intra_host": ["P2P/IPC"], "inter_host": ["NET/Socket"]}

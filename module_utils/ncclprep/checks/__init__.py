@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ansible.module_utils.ncclprep.checks.collectives import check_collectives, summarize_collectives
+from ansible.module_utils.ncclprep.checks.collectives import check_collectives, check_transport, summarize_collectives
 from ansible.module_utils.ncclprep.checks.data_plane import check_interface
 from ansible.module_utils.ncclprep.checks.drift import check_drift
 from ansible.module_utils.ncclprep.checks.firewall import check_firewall
@@ -100,6 +100,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("nccl_env", check_ifname),
     Entry("network", check_network, with_facts_only=False),
     Entry("collectives", check_collectives, with_facts_only=False),
+    Entry("collectives", check_transport, with_facts_only=False),
     Entry("smoke", check_smoke, with_facts_only=False),
 )
 
@@ -112,13 +113,14 @@ CONCERN_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY if e.module not
 
 
 def evaluate(records: dict[str, HostRecord], all_hosts: list[str], min_busbw_gbps: float | None = None,
-             net_limits: dict | None = None) -> list[Check]:
+             net_limits: dict | None = None, expect_net: str | None = None) -> list[Check]:
     """All checks for the cluster, in report order: every REGISTRY entry in turn.
 
     ``records``: host -> ``HostRecord`` (partial records are read with absent keys as None);
     ``all_hosts``: every host the run was meant to cover (a host missing from ``records``
     is reported unreachable); ``min_busbw_gbps``: busbw floor in GB/s (GB = 1e9 bytes) at the
-    largest message size, None for none; ``net_limits``: the net.* limits (``Context.NET_LIMITS``
+    largest message size, None for none; ``expect_net``: the network NCCL must use (``ib``,
+    ``socket``; None: any); ``net_limits``: the net.* limits (``Context.NET_LIMITS``
     keys; absent ones keep Context's defaults). Returns the checks (``Check``); raises
     TypeError for an unknown limit, nothing for well-formed records.
     """
@@ -126,7 +128,9 @@ def evaluate(records: dict[str, HostRecord], all_hosts: list[str], min_busbw_gbp
     unknown = sorted(set(limits) - set(Context.NET_LIMITS))
     if unknown:
         raise TypeError(f"unknown net limits {unknown}; valid: {list(Context.NET_LIMITS)}")
-    ctx = Context(all_hosts=tuple(all_hosts), min_busbw_gbps=min_busbw_gbps, **limits)
+    if expect_net not in (None, "ib", "socket"):
+        raise TypeError(f"expect_net={expect_net!r}: valid: ib, socket or null")
+    ctx = Context(all_hosts=tuple(all_hosts), min_busbw_gbps=min_busbw_gbps, expect_net=expect_net, **limits)
     with_facts = {h: r for h, r in records.items() if (r or {}).get("facts")}
     out: list[Check] = []
     for entry in REGISTRY:

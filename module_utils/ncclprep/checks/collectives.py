@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, explain, make_check
+from ansible.module_utils.ncclprep.checks.model import (
+    Check,
+    Context,
+    HostRecord,
+    explain,
+    majority,
+    make_check,
+    verdict,
+)
 
 
 def summarize_collectives(records: dict[str, HostRecord]) -> dict:
@@ -112,3 +120,47 @@ def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Chec
                                   message=f"{op} correct on {world} ranks; busbw {largest['busbw_gbps']:.3g} GB/s "
                                           f"at {largest['size_bytes']} B"))
     return out
+
+
+def check_transport(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """collective.transport: what NCCL used, from each rank's NCCL_DEBUG=INFO log (probe ``nccl_log``,
+    parsers/nccl_log.nccl_path), held against the intent.
+
+    FAIL naming the hosts whose NCCL version differs from the majority (ranks of one job must
+    run one NCCL), or whose network differs from ``ctx.expect_net`` (``ib``: NCCL fell back to
+    sockets there; ``socket``; None: not held). PASS measures version, network, GPUDirect RDMA
+    and the transports. Under Gloo (no ``nccl_log``): SKIP naming GLOO_SOCKET_IFNAME, the
+    interface Gloo binds. No probe results: no check.
+    """
+    probes = {h: (r or {}).get("probe") for h, r in records.items()}
+    probes = {h: p for h, p in probes.items() if p and p.get("status") in ("PASS", "FAIL")}
+    if not probes:
+        return []
+    logs = {h: p["nccl_log"] for h, p in probes.items() if p.get("nccl_log")}
+    if not logs:
+        ifnames = sorted({str(p.get("gloo_ifname")) for p in probes.values()})
+        return [make_check("collective.transport", "SKIP", measured={"gloo_ifname": ifnames},
+                           message=f"gloo backend (no NCCL): Gloo binds GLOO_SOCKET_IFNAME={', '.join(ifnames)}")]
+    versions = {h: log.get("version") or "/".join(log.get("versions") or []) or None for h, log in logs.items()}
+    common = majority(versions)
+    odd = {h: v for h, v in versions.items() if v != common}
+    wrong_net = {h: log.get("network") for h, log in logs.items()
+                 if ctx.expect_net is not None and log.get("net") != ctx.expect_net}
+    problems = {h: {"nccl_version": versions[h]} for h in odd}
+    for h, net in wrong_net.items():
+        problems.setdefault(h, {})["network"] = net
+    first = logs[sorted(logs)[0]]
+    parts = []
+    if odd:
+        parts.append(f"NCCL {', '.join(f'{h} {v}' for h, v in sorted(odd.items()))} against {common} elsewhere")
+    if wrong_net:
+        parts.append(f"NCCL used {', '.join(f'{h} {n}' for h, n in sorted(wrong_net.items()))}, "
+                     f"expected {ctx.expect_net}")
+    return [verdict("collective.transport", problems, expected={"nccl_version": common, "net": ctx.expect_net},
+                    message="; ".join(parts),
+                    remediation="one NCCL on every node (torch_runtime's torch or NCCL_LIB); for ib: the HCAs up "
+                                "(ibstat), NCCL_IB_HCA and NCCL_IB_GID_INDEX set, NCCL_IB_DISABLE unset",
+                    passed=f"NCCL {common} on every rank over {first.get('network')} (GPUDirect RDMA "
+                           f"{first.get('gdr')}; between hosts {', '.join(first['transports']['inter_host']) or '-'})",
+                    passed_measured={"nccl_version": common, "network": first.get("network"), "gdr": first.get("gdr"),
+                                     "transports": first.get("transports")})]

@@ -90,7 +90,8 @@ class Context:
     at the largest message size; None: no floor), and the network limits of net.*:
     ``max_latency_us`` (TCP round-trip p50 limit in microseconds; None: none), ``slow_z`` and
     ``slow_ratio`` (a bandwidth is slow below this modified z-score and this fraction of the
-    median, blame.slow_outliers), ``min_gbps`` (bandwidth floor in GB/s; None: none)."""
+    median, blame.slow_outliers), ``min_gbps`` (bandwidth floor in GB/s; None: none);
+    ``expect_net``: the network NCCL must have used (``ib`` or ``socket``; None: any)."""
 
     all_hosts: tuple[str, ...]
     min_busbw_gbps: float | None = None
@@ -98,6 +99,8 @@ class Context:
     slow_z: float = -3.5
     slow_ratio: float = 0.5
     min_gbps: float | None = None
+    #: collective.transport: the network NCCL must use, "ib" or "socket" (None: not held).
+    expect_net: str | None = None
 
     #: The Context fields net_probe shares (library/net_probe.py options of the same names).
     NET_LIMITS = ("max_latency_us", "slow_z", "slow_ratio", "min_gbps")

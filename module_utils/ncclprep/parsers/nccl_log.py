@@ -10,7 +10,13 @@ it such as ``[trainer3]:`` ignored):
   len L, vendor err V`` (E is an ibv_wc_status, see IBV_WC_STATUS);
 - ``nccl...Error: text`` lines and the socket "family N is neither AF_INET nor AF_INET6" error;
 - ring/channel hops ``Ring 00 : 3[3] -> 2[2] via P2P/IPC`` (older NCCL) and
-  ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0`` (newer).
+  ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0`` (newer);
+- the library: ``NCCL version 2.5.6+cuda10.0`` (2.4-2.18 print it bare, later ones with the
+  ``host:pid:tid [dev] NCCL INFO`` prefix), ``Using network IB`` (or Socket, or a plugin's
+  name such as IBext_v8), the HCAs of ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO];
+  OOB bond0:10.0.0.1<0>`` (also the merged-NIC form ``[0]={[0] mlx5_2:1/RoCE, ...}``), the
+  ``Bootstrap : Using eth0:10.0.0.1<0>`` interface, and GPUDirect RDMA (``GPU Direct RDMA
+  Enabled/Disabled for ...`` lines, ``/GDRDMA`` on a NET hop).
 
 Sources: NCCL's ``src/transport.cc`` and ``src/misc/socket.cc`` for the line formats,
 rdma-core ``verbs.h`` for the completion status numbers.
@@ -37,6 +43,14 @@ _FAMILY_RE = re.compile(r"with family (\d+) is neither AF_INET")
 _ERROR_RE = re.compile(r"\b(nccl[A-Za-z]*Error): ?(.*?)\s*$")
 _HOP_RE = re.compile(r"\b(Ring|Channel) (\d+)(?:/\d+)? : (\d+)(?:\[(\d+)\])? -> (\d+)(?:\[(\d+)\])?"
                      r"(?: \[(send|receive)\])? via (\S+)")
+_VERSION_RE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)(?:\+cuda(\S+))?")
+_NETWORK_RE = re.compile(r"\bUsing network (\S+)")
+_IB_LIST_RE = re.compile(r"\bNET/IB : Using (.*?)(?:; OOB (\S+?):(\S+?)<\d+>)?\s*$")
+_IB_DEV_RE = re.compile(r"([A-Za-z0-9_.-]+):(\d+)/(IB|RoCE)\b")
+_BOOTSTRAP_RE = re.compile(r"\bBootstrap ?: Using (\S+?):(\S+?)<\d+>")
+_GDR_RE = re.compile(r"\bGPU Direct RDMA (Enabled|Disabled)\b")
+_PLUGIN_RE = re.compile(r"\b(NET/Plugin ?: .*?|Using (?:non-device )?net plugin version \d+|Plugin Path : \S+"
+                        r"|P2P plugin \S+)\s*$")
 _NOISE_RE = re.compile(r"^\.\.\.$|(?:^|:)Last error:$")  # elision marks and the header of an error's text
 
 #: ibv_wc_status numbers (rdma-core libibverbs/verbs.h) that NCCL prints as "completion error N".
@@ -67,12 +81,16 @@ def parse_nccl_log(text: str) -> dict:
     "warnings": [{"host", "pid", "cuda_dev", "source", "message"}], "ib_completion_errors":
     [{"host", "peer", "error", "status", "opcode", "len", "vendor_err"}], "errors": [{"error", "message"}],
     "socket_family_errors": [int], "hops": [{"host", "kind": "Ring" | "Channel", "channel", "src",
-    "src_dev", "dst", "dst_dev", "direction", "transport"}], "unparsed": [lines]}``. Ranks and
+    "src_dev", "dst", "dst_dev", "direction", "transport"}], "versions": [version], "cuda": str | None,
+    "network": str | None, "ib_devices": [{"device", "port", "link_layer"}], "oob": {"interface",
+    "address"} | None, "bootstrap": {"interface", "address"} | None, "gdr": [bool], "net_plugin":
+    [what the NET/Plugin lines said], "unparsed": [lines]}``. Ranks and
     devices not printed in brackets are None. Lines that are only ``...`` or ``Last error:``
     are understood and skipped. Never raises.
     """
     out: dict = {"socket_interfaces": [], "env": {}, "warnings": [], "ib_completion_errors": [], "errors": [],
-                 "socket_family_errors": [], "hops": [], "unparsed": []}
+                 "socket_family_errors": [], "hops": [], "versions": [], "cuda": None, "network": None,
+                 "ib_devices": [], "oob": None, "bootstrap": None, "gdr": [], "net_plugin": [], "unparsed": []}
     in_socket_list = False
     for line in text.splitlines():
         stripped = line.strip()
@@ -85,6 +103,8 @@ def parse_nccl_log(text: str) -> dict:
                                          for i, n, a, p in ifaces]
             continue
         in_socket_list = False
+        if _library_line(stripped, out):
+            continue
         pre = _prefix(stripped)
         env = _ENV_RE.search(stripped)
         warn = _WARN_RE.search(stripped)
@@ -114,6 +134,69 @@ def parse_nccl_log(text: str) -> dict:
         elif not _NOISE_RE.search(stripped):
             out["unparsed"].append(line)
     return out
+
+
+def _library_line(line: str, out: dict) -> bool:
+    """Read a version, network, HCA, bootstrap or GPUDirect line into ``out``; True when it was one."""
+    m = _VERSION_RE.search(line)
+    if m:
+        if m.group(1) not in out["versions"]:
+            out["versions"].append(m.group(1))
+        out["cuda"] = out["cuda"] or m.group(2)
+        return True
+    m = _NETWORK_RE.search(line)
+    if m:
+        out["network"] = m.group(1)
+        return True
+    m = _IB_LIST_RE.search(line)
+    if m:
+        for dev, port, layer in _IB_DEV_RE.findall(m.group(1)):
+            entry = {"device": dev, "port": int(port), "link_layer": layer}
+            if entry not in out["ib_devices"]:
+                out["ib_devices"].append(entry)
+        if m.group(2):
+            out["oob"] = {"interface": m.group(2), "address": m.group(3)}
+        return True
+    m = _BOOTSTRAP_RE.search(line)
+    if m:
+        out["bootstrap"] = {"interface": m.group(1), "address": m.group(2)}
+        return True
+    m = _GDR_RE.search(line)
+    if m:
+        out["gdr"].append(m.group(1) == "Enabled")
+        return True
+    m = _PLUGIN_RE.search(line)
+    if m:
+        if m.group(1) not in out["net_plugin"]:
+            out["net_plugin"].append(m.group(1))
+        return True
+    return False
+
+
+def nccl_path(parsed: dict) -> dict:
+    """What NCCL used, from ``parse_nccl_log`` output: ``{"version": str | None (None also when
+    ranks printed different ones: see "versions"), "versions", "network" (IB, Socket or a
+    plugin's name), "net": "ib" | "socket" | None (the family: a plugin name starting with IB
+    counts as ib), "transports": transports_used(...), "socket_interfaces": [names],
+    "ib_devices": ["mlx5_0:1/IB", ...], "gdr": True | False | None}``. GPUDirect RDMA is True
+    when a NET hop ran /GDRDMA or NCCL said Enabled, False when it only said Disabled."""
+    network = parsed.get("network")
+    hops = parsed.get("hops") or []
+    inter = [h["transport"] for h in hops if h["transport"].startswith("NET/")]
+    if network is None and inter:
+        network = inter[0].split("/")[1]
+    net = None
+    if network:
+        net = "ib" if network.upper().startswith("IB") else ("socket" if network.lower() == "socket" else None)
+    gdr_hops = any("GDRDMA" in t for t in inter)
+    said = parsed.get("gdr") or []
+    gdr = True if gdr_hops or any(said) else (False if said else None)
+    versions = parsed.get("versions") or []
+    return {"version": versions[0] if len(versions) == 1 else None, "versions": versions, "network": network,
+            "net": net, "transports": transports_used(hops),
+            "socket_interfaces": [i["name"] for i in parsed.get("socket_interfaces") or []],
+            "ib_devices": [f"{d['device']}:{d['port']}/{d['link_layer']}" for d in parsed.get("ib_devices") or []],
+            "gdr": gdr}
 
 
 def transport_family(transport: str) -> str:
