@@ -15,11 +15,14 @@ from ansible.module_utils.ncclprep.drift import summary
 def check_drift(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """drift.files: FAIL naming every host with a file not as site.yml would write it,
     measured host -> {path: the diff lines (or the state)}, the message one line per file;
-    SKIP when no host compared its files."""
+    SKIP when no host compared its files (turned off, or a member without a data-plane address:
+    the files that list every member cannot be rendered then)."""
     rows = {h: (r or {}).get("drift") for h, r in records.items()}
     rows = {h: v for h, v in rows.items() if v is not None}
     if not rows:
-        return [make_check("drift.files", "SKIP", message="no managed file was compared")]
+        return [make_check("drift.files", "SKIP", message="no managed file was compared (preflight_drift_enabled "
+                                                          "is false, or a member was down before its facts were "
+                                                          "read: the files that list every member need them all)")]
     bad = {h: [f for f in files if f["state"] != "ok"] for h, files in rows.items()}
     bad = {h: files for h, files in bad.items() if files}
     n = sum(len(files) for files in rows.values())
