@@ -216,7 +216,8 @@ def test_transport_from_nccl_logs_against_the_intent():
     old = "NCCL version 2.18.3+cuda12.2\nh:1:2 [0] NCCL INFO Using network IB\n"
 
     def recs(texts):
-        return {h: {"probe": {"status": "PASS", "nccl_log": nccl_log_summary([t])}} for h, t in zip(HOSTS, texts)}
+        return {h: {"probe": {"status": "PASS", "nccl_log": nccl_log_summary([t])}}
+                for h, t in zip(HOSTS, texts, strict=True)}
 
     (ok,) = check_transport(recs([ib, ib, ib]), Context(all_hosts=tuple(HOSTS), expect_net="ib"))
     assert ok["status"] == "PASS" and ok["measured"]["nccl_version"] == "2.21.5" and ok["measured"]["gdr"] is True
