@@ -60,11 +60,12 @@ def run(cmd: list[str], timeout: int, input: str | None = None) -> subprocess.Co
     return out
 
 
-def playbook(name: str, report_dir: str | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+def playbook(name: str, report_dir: str | None = None, timeout: int = 900,
+             extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     cmd = [os.path.join(BIN, "ansible-playbook"), f"{name}.yml", "-i", "inventory/local"]
     if report_dir:
         cmd += ["-e", f"preflight_report_dir={report_dir}"]
-    return run(cmd, timeout)
+    return run(cmd + list(extra), timeout)
 
 
 def recap(stdout: str) -> dict:
@@ -281,7 +282,10 @@ def test_fault_on_node2_turns_exactly_its_check_bad(cluster, tmp_path_factory, i
     assert run(["podman", "exec", "ncclprep-node2", "sh", "-c", inject], timeout=60).returncode == 0
     try:
         reports = str(tmp_path_factory.mktemp("reports"))
-        val = playbook("validate", reports, timeout=600)
+        # Without the torchrun job: its worker's intermittent SIGABRT at exit (an open finding of
+        # its own, seen in 1 of 4 runs of these faults) is no part of these checks; the healthy
+        # run above proves the job.
+        val = playbook("validate", reports, timeout=600, extra=("-e", "preflight_smoke_enabled=false"))
         assert val.returncode != 0
         bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
         assert list(bad) == [cid], bad
