@@ -27,6 +27,11 @@ options:
   connect_port: {type: int, default: 22, description: TCP port used to prove a resolved address is reachable.}
   torch_python: {type: path, description: Python of the torch venv whose torch and NCCL versions to read.}
   timeout: {type: float, default: 5.0, description: Deadline in seconds for each look-up or connect.}
+  dataset_path:
+    type: path
+    description:
+      - The training data (a folder or a file) every node must read; null reads none. Stat, listing and
+        a one-byte read of one file run under max(O(timeout), 10) s (a hung network mount is reported, not waited on).
   into:
     type: dict
     default: {}
@@ -56,6 +61,9 @@ ansible_facts:
         cudnn}, interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
         limits{memlock (bytes, null unlimited), shm_bytes, rdma_devices}, sysctl_tuning{key: {value, writable}},
         host_names[{host, name, expected, addresses, reachable, error}],
+        counters (the RDMA ports' and the data-plane netdev's error counters when the run starts, as
+        port_counters returns them), rdma_gids{'<dev>/<port>': [{index, type, gid, netdev}]} (populated GIDs),
+        dataset{path, exists, kind, readable, entries, sample, error, hung} or null (module_utils/ncclprep/dataset.py),
         hostinfo (below)"
       type: dict
       contains:
@@ -78,9 +86,11 @@ import platform
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ncclprep.dataset import read_dataset
 from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
+from ansible.module_utils.ncclprep.portstate import read_counters, read_gids
 from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
 from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
 
@@ -231,6 +241,7 @@ def main() -> None:
             torch_python=dict(type="path"),
             timeout=dict(type="float", default=5.0),
             into=dict(type="dict", default={}),
+            dataset_path=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -272,6 +283,9 @@ def main() -> None:
         "cidr": p["cidr"],
         "sysctl_tuning": sysctl,
         "host_names": resolve(p["names"], p["connect_port"], p["timeout"]),
+        "counters": read_counters("/sys", [data_plane["interface"]] if data_plane else []),
+        "rdma_gids": read_gids("/sys"),
+        "dataset": read_dataset(p["dataset_path"], max(p["timeout"], 10.0)) if p["dataset_path"] else None,
         # read-only tools that may be absent (None then); each command under its own deadline
         "hostinfo": collect_hostinfo(subprocess_runner, module.get_bin_path, max(p["timeout"], 10.0), me),
     }

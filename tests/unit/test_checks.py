@@ -578,5 +578,6 @@ def test_report_order_and_ids_are_the_registry_order():
     assert ids == ["host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve", "names.reachable",
                    "sysctl.net.core.netdev_budget", "sysctl.net.core.somaxconn", "sysctl.net.ipv4.tcp_rmem",
                    "rps_rfs.queues", "numa.binding", "numa.irq_affinity", "roce.qos", "firewall.rules", "ssh.trust",
-                   "versions.torch", "drift.files", "nccl_env.ifname", "net.run", "collective.reduce_scatter",
+                   "versions.torch", "links.rdma", "links.counters", "tools.findings", "dataset.path", "drift.files",
+                   "nccl_env.ifname", "net.run", "collective.reduce_scatter",
                    "collective.all_reduce", "collective.transport", "torchrun.smoke"]

@@ -22,6 +22,9 @@ with open(os.path.join(REPO, "playbooks", "vars", "concerns.yml"), encoding="utf
 PREFLIGHT = {"reachable": "host.reachable", "data_plane": "data_plane.interface",
              "network": "net.run, net.latency, net.bandwidth, net.path_mtu and net.ports",
              "limits": "limits.memlock (RDMA hosts) and limits.shm (GPU hosts)",
+             "links": "links.rdma (IB/RoCE ports, rates, RoCE v2 GID) and links.counters (grown during the run)",
+             "tools": "tools.findings: what numactl, nvidia-smi topo, ip, netplan ... say",
+             "dataset": "dataset.path: the training data readable everywhere",
              "drift": "drift.files: the files site.yml manages as it would write them",
              "versions": "versions.<key>: kernel, Python, driver, CUDA, NCCL, cuDNN alike on every node",
              "collectives": "collective.run and collective.<op>", "smoke": "torchrun.smoke"}

@@ -83,7 +83,8 @@ def test_record_keys_intent_by_concern_and_reads_the_registered_results():
           "__preflight_net": {"changed": False, "net": {"status": "PASS", "links": []}},
           "__preflight_drift": {"changed": False, "files": []},
           "__preflight_probe": {"changed": True, "probe": {"status": "PASS"}},
-          "__preflight_smoke": {"changed": False, "skipped": True}}
+          "__preflight_smoke": {"changed": False, "skipped": True},
+          "__preflight_counters": {"changed": False, "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}
     rec = build_record(hv, True, CONCERNS)
     assert_is_host_record("n1", rec)
     assert rec["facts"] == FACTS
@@ -93,14 +94,15 @@ def test_record_keys_intent_by_concern_and_reads_the_registered_results():
     assert rec["ssh"] == [{"host": "n2", "name": "n2", "ok": True}]
     assert rec["probe"] == {"status": "PASS"} and rec["smoke"] is None
     assert rec["net"] == {"status": "PASS", "links": []} and rec["drift"] == []
-    assert set(RESULT_VARS) == {"ssh", "drift", "net", "probe", "smoke"}
+    assert rec["counters"] == {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}
+    assert set(RESULT_VARS) == {"ssh", "counters", "drift", "net", "probe", "smoke"}
 
 
 def test_host_without_anything_is_a_full_record_of_nones():
     rec = build_record({}, False, CONCERNS)
     assert_is_host_record("n2", rec)
     assert rec == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None,
-                   "drift": None, "net": None, "probe": None, "smoke": None}
+                   "counters": None, "drift": None, "net": None, "probe": None, "smoke": None}
 
 
 def test_filter_covers_every_host_and_marks_the_dropped_ones():
@@ -181,7 +183,8 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
              "__preflight_ssh": {"changed": False, "results": []},
              "__preflight_net": {"changed": False, "net": NET},
              "__preflight_probe": {"changed": True, "probe": PROBE},
-             "__preflight_smoke": {"changed": False, "skipped": True}}},
+             "__preflight_smoke": {"changed": False, "skipped": True},
+          "__preflight_counters": {"changed": False, "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}},
         {"name": "Drop fake2 from the play", "when": "inventory_hostname == 'fake2'",
          "ansible.builtin.fail": {"msg": "fake2 is gone"}},
     ]
@@ -208,7 +211,8 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     assert one["intent"]["nic_mtu"]["mtu"] == 65536
     assert one["intent"]["firewall"] is None and one["intent"]["host_names"] is None
     assert one["ssh"] == [] and one["probe"] == PROBE and one["smoke"] is None and one["net"] == NET
-    assert two == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None, "drift": None,
+    assert two == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None, "counters": None,
+                   "drift": None,
                    "net": None, "probe": None, "smoke": None}
 
     (run_dir,) = [p for p in glob.glob(str(reports / "*")) if not os.path.islink(p)]

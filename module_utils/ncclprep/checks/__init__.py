@@ -7,6 +7,7 @@ The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the c
      "facts": dict | None,       # ansible_facts.ncclprep (node_facts, and facts[<concern>]); None: no facts
      "intent": {<concern>: ...}, # <concern>_intent per concern of playbooks/vars/concerns.yml, or None
      "ssh": list | None,         # ssh_mesh results run on the host
+     "counters": dict | None,    # port_counters result when the run ends (facts.counters: when it starts)
      "net": dict | None,         # net_probe result (directions this host sent)
      "drift": list | None,       # managed_files rows (files site.yml manages, compared)
      "probe": dict | None,       # nccl_probe result
@@ -21,7 +22,7 @@ one-line remediation. Most checks collect their problems first and then call
 The registry. ``REGISTRY`` lists the check functions in report order, each from its module:
 one module per concern of playbooks/vars/concerns.yml (``checks/<concern>.py``, names in
 ``CONCERN_MODULES``) and the preflight's own modules (``PREFLIGHT_MODULES``: reachable,
-data_plane, versions, limits, drift, network, collectives, smoke). Every function is
+data_plane, versions, limits, links, tools, dataset, drift, network, collectives, smoke). Every function is
 ``check(records, ctx) -> list[Check]`` with ``ctx`` a ``model.Context``; concern checks see
 only the hosts that gave facts.
 Adding a concern's check: its module here, one ``Entry`` in REGISTRY, one line in concerns.yml.
@@ -37,10 +38,12 @@ from typing import NamedTuple
 
 from ansible.module_utils.ncclprep.checks.collectives import check_collectives, check_transport, summarize_collectives
 from ansible.module_utils.ncclprep.checks.data_plane import check_interface
+from ansible.module_utils.ncclprep.checks.dataset import check_dataset
 from ansible.module_utils.ncclprep.checks.drift import check_drift
 from ansible.module_utils.ncclprep.checks.firewall import check_firewall
 from ansible.module_utils.ncclprep.checks.host_names import check_names
 from ansible.module_utils.ncclprep.checks.limits import check_limits
+from ansible.module_utils.ncclprep.checks.links import check_links
 from ansible.module_utils.ncclprep.checks.model import (
     BAD,
     STATUSES,
@@ -62,6 +65,7 @@ from ansible.module_utils.ncclprep.checks.rps_rfs import check_queues
 from ansible.module_utils.ncclprep.checks.smoke import check_smoke
 from ansible.module_utils.ncclprep.checks.ssh_trust import check_ssh
 from ansible.module_utils.ncclprep.checks.sysctl_tuning import check_sysctl
+from ansible.module_utils.ncclprep.checks.tools import check_tools
 from ansible.module_utils.ncclprep.checks.torch_runtime import check_torch
 from ansible.module_utils.ncclprep.checks.versions import check_versions
 
@@ -96,6 +100,9 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("torch_runtime", check_torch),
     Entry("versions", check_versions),
     Entry("limits", check_limits),
+    Entry("links", check_links),
+    Entry("tools", check_tools),
+    Entry("dataset", check_dataset),
     Entry("drift", check_drift, with_facts_only=False),
     Entry("nccl_env", check_ifname),
     Entry("network", check_network, with_facts_only=False),
@@ -105,7 +112,8 @@ REGISTRY: tuple[Entry, ...] = (
 )
 
 #: Check modules that belong to the preflight itself, not to a concern of concerns.yml.
-PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "limits", "drift", "network", "collectives", "smoke")
+PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "limits", "links", "tools", "dataset", "drift", "network",
+                     "collectives", "smoke")
 #: Modules of this package that hold no check (the model and shared helpers).
 SUPPORT_MODULES = ("model",)
 #: One check module per concern of playbooks/vars/concerns.yml, in report order.

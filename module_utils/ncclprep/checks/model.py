@@ -53,6 +53,9 @@ class HostRecord(TypedDict):
       Holds exactly one key per concern of playbooks/vars/concerns.yml.
     - ``ssh``: the ssh_mesh module's ``results`` run on this host (``[{host, name, ok, cause,
       explanation}]``), or None when it did not run.
+    - ``counters``: the port_counters module's ``counters`` read when the run ends (the
+      error counters of the RDMA ports and the data-plane netdev; ``facts["counters"]`` holds
+      them as read when it started), or None when it did not run.
     - ``drift``: the managed_files module's ``files`` rows (every file site.yml manages on
       the host, compared with what it would write now), or None when it did not run.
     - ``net``: the net_probe module's ``net`` result (the directions this host measured as
@@ -67,6 +70,7 @@ class HostRecord(TypedDict):
     facts: dict | None
     intent: dict[str, Any]
     ssh: list | None
+    counters: dict | None
     drift: list | None
     net: dict | None
     probe: dict | None
@@ -76,6 +80,7 @@ class HostRecord(TypedDict):
 #: Where the preflight role registers each module result: record key -> (variable, key in it).
 RESULT_VARS = {
     "ssh": ("__preflight_ssh", "results"),
+    "counters": ("__preflight_counters", "counters"),
     "drift": ("__preflight_drift", "files"),
     "net": ("__preflight_net", "net"),
     "probe": ("__preflight_probe", "probe"),
@@ -123,7 +128,7 @@ def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterab
     facts = (hostvars.get("ansible_facts") or {}).get("ncclprep")
     results = {key: ((hostvars.get(var) or {}).get(field)) for key, (var, field) in RESULT_VARS.items()}
     return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"],
-                      drift=results["drift"], net=results["net"],
+                      counters=results["counters"], drift=results["drift"], net=results["net"],
                       probe=results["probe"], smoke=results["smoke"])
 
 
