@@ -95,7 +95,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.ncclprep.collectives import SUPPORTED, nccl_log_summary, run_rank
-from ansible.module_utils.ncclprep.deadline import run_with_deadline
+from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
 from ansible.module_utils.ncclprep.envfile import read_env_file
 
 try:
@@ -185,14 +185,9 @@ def main() -> None:
     )
     probe = {"rank": p["rank"], "host": host, "hosts": p["hosts"], "world_size": world_size, "backend": backend,
              "elapsed_s": run["elapsed_s"], "error": None, "missing_ranks": []}
-    last_stage = run["stages"][-1]["stage"] if run["stages"] else "start"
-    if run["outcome"] == "result":
-        probe.update(run["value"])
-    elif run["outcome"] == "hang":
-        probe.update(status="HANG", stage=last_stage, results=[],
-                     error=f"no progress past '{last_stage}' within {p['timeout']} s")
-    else:
-        probe.update(status="FAIL", stage=last_stage, results=[], error=run["value"])
+    if run["outcome"] != "result":
+        probe["results"] = []
+    probe.update(outcome_fields(run, p["timeout"]))
     probe["missing_hosts"] = [p["hosts"][r] for r in probe.get("missing_ranks", [])]
     if log_dir:
         texts = []

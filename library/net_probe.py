@@ -114,7 +114,7 @@ net:
 import sys
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.ncclprep.deadline import run_with_deadline
+from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
 from ansible.module_utils.ncclprep.netprobe import run_node
 
 try:
@@ -210,13 +210,7 @@ def main() -> None:
     kwargs["limits"] = {k: p[k] for k in ("max_latency_us", "slow_z", "slow_ratio", "min_gbps")}
     run = run_with_deadline(run_node, kwargs, timeout_s=p["timeout"])
     net = dict(base, elapsed_s=run["elapsed_s"], error=None)
-    last_stage = run["stages"][-1]["stage"] if run["stages"] else "start"
-    if run["outcome"] == "result":
-        net.update(run["value"])
-    elif run["outcome"] == "hang":
-        net.update(status="HANG", stage=last_stage, error=f"no progress past '{last_stage}' within {p['timeout']} s")
-    else:
-        net.update(status="FAIL", stage=last_stage, error=run["value"])
+    net.update(outcome_fields(run, p["timeout"]))
     module.exit_json(changed=False, net=net)
 
 

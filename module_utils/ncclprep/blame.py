@@ -85,6 +85,18 @@ def slow_outliers(values: Mapping[Hashable, float], z: float = -3.5, ratio: floa
     return out
 
 
+def slowest_per_direction(rows: Iterable[Mapping]) -> dict[tuple[str, str], float]:
+    """One rate per direction from probe rows (``{"src", "dst", "bandwidth_gbps"}``, GB/s;
+    rows without a bandwidth are skipped): the lowest, so a direction measured twice (the
+    second phase) is judged by its worse measurement. Returns ``(src, dst) -> GB/s``."""
+    rates: dict[tuple[str, str], float] = {}
+    for row in rows:
+        if row.get("bandwidth_gbps") is not None:
+            key = (row["src"], row["dst"])
+            rates[key] = min(rates.get(key, float("inf")), row["bandwidth_gbps"])
+    return rates
+
+
 def slow_bandwidth(rates: Mapping[tuple[str, str], float], z: float = -3.5, ratio: float = 0.5,
                    floor: float | None = None) -> dict:
     """Slow nodes and slow links from one rate per direction.

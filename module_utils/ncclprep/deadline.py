@@ -96,3 +96,19 @@ def run_with_deadline(func: Callable[..., Any], kwargs: dict, timeout_s: float) 
         "stages": stages,
         "elapsed_s": round(time.monotonic() - start, 3),
     }
+
+
+def outcome_fields(run: dict, timeout_s: float) -> dict:
+    """The result keys of a ``run_with_deadline`` run, as the probe modules report them.
+
+    ``"result"`` gives the child's value (a dict) as is; ``"hang"`` gives ``{"status":
+    "HANG", "stage": <last stage reported>, "error": "no progress past '<stage>' within
+    <timeout_s> s"}``; ``"error"`` and ``"died"`` give ``{"status": "FAIL", "stage", "error":
+    <the error text>}``. The stage before any report is ``start``. Raises nothing.
+    """
+    stage = run["stages"][-1]["stage"] if run.get("stages") else "start"
+    if run["outcome"] == "result":
+        return dict(run["value"])
+    if run["outcome"] == "hang":
+        return {"status": "HANG", "stage": stage, "error": f"no progress past '{stage}' within {timeout_s} s"}
+    return {"status": "FAIL", "stage": stage, "error": run["value"]}

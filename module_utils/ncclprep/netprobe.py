@@ -44,7 +44,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.ncclprep.blame import slow_bandwidth
+from ansible.module_utils.ncclprep.blame import slow_bandwidth, slowest_per_direction
 from ansible.module_utils.ncclprep.schedule import pair_schedule, partner, repair_rounds
 
 # linux/in.h, linux/in6.h (Python's socket module does not export them)
@@ -107,7 +107,6 @@ def link_problems(links: list[dict], max_latency_us: float | None, slow_z: float
         if why not in out[key]:
             out[key].append(why)
 
-    rates: dict[tuple[str, str], float] = {}
     for row in links:
         key = (row["src"], row["dst"])
         if row.get("hang"):
@@ -120,8 +119,7 @@ def link_problems(links: list[dict], max_latency_us: float | None, slow_z: float
         pmtu = row.get("path_mtu") or {}
         if pmtu and not pmtu.get("ok"):
             add(key, f"path MTU: {pmtu.get('mtu')} B does not pass, largest {pmtu.get('largest')} B")
-        if row.get("bandwidth_gbps") is not None:
-            rates[key] = min(rates.get(key, float("inf")), row["bandwidth_gbps"])
+    rates = slowest_per_direction(links)
     slow = slow_bandwidth(rates, z=slow_z, ratio=slow_ratio, floor=min_gbps)
     for (src, dst), v in rates.items():
         for node, why in slow["nodes"].items():

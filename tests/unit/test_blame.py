@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.ncclprep.blame import classify, modified_z, slow_bandwidth, slow_outliers
+from ansible.module_utils.ncclprep.blame import (
+    classify,
+    modified_z,
+    slow_bandwidth,
+    slow_outliers,
+    slowest_per_direction,
+)
 
 # One TCP stream per direction (GB/s) measured on the 3-node local cluster of this machine:
 # healthy, and with node2's eth0 throttled by `tc qdisc add dev eth0 root tbf rate 200mbit ...`.
@@ -78,3 +84,10 @@ def test_classify_node_bad_in_every_pairing_link_bad_in_one():
     # two nodes, one pair: the link is bad, both nodes stay suspects
     assert classify([("x", "y")], [("y", "x")]) == {"nodes": [], "links": [("x", "y")], "suspects": ["x", "y"]}
     assert classify(tested, []) == {"nodes": [], "links": [], "suspects": []}
+
+
+def test_slowest_per_direction_keeps_the_worse_of_two_phases():
+    rows = [{"src": "a", "dst": "b", "bandwidth_gbps": 1.5}, {"src": "a", "dst": "b", "bandwidth_gbps": 0.02},
+            {"src": "b", "dst": "a", "bandwidth_gbps": 1.4}, {"src": "b", "dst": "c", "bandwidth_gbps": None}]
+    assert slowest_per_direction(rows) == {("a", "b"): 0.02, ("b", "a"): 1.4}
+    assert slowest_per_direction([]) == {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 
-from ansible.module_utils.ncclprep.blame import classify, slow_bandwidth
+from ansible.module_utils.ncclprep.blame import classify, slow_bandwidth, slowest_per_direction
 from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
 
 REMEDY = {
@@ -149,11 +149,7 @@ def _check_latency(rows: list[dict], tested: set, ctx: Context) -> Check:
 def _check_bandwidth(rows: list[dict], tested: set, ctx: Context) -> Check:
     """Slow nodes first (blame.slow_bandwidth's per-node rule), then the slow directions no
     slow node explains, classified into nodes and links like any bad pair."""
-    rates: dict[tuple[str, str], float] = {}
-    for r in rows:
-        if r.get("bandwidth_gbps") is not None:
-            key = (r["src"], r["dst"])
-            rates[key] = min(rates.get(key, float("inf")), r["bandwidth_gbps"])
+    rates = slowest_per_direction(rows)
     if not rates:
         return make_check("net.bandwidth", "SKIP", message="no bandwidth was measured")
     slow = slow_bandwidth(rates, z=ctx.slow_z, ratio=ctx.slow_ratio, floor=ctx.min_gbps)
