@@ -10,7 +10,8 @@ module: nccl_probe
 short_description: Run torch.distributed collectives across all nodes and measure them
 description:
   - Every host of the play runs this module at the same moment (launch it with C(async)),
-    each as one rank. Rank 0 hosts the TCP store at O(master_addr):O(master_port).
+    each with its O(local_ranks) ranks (one child process each). Rank 0 hosts the TCP store
+    at O(master_addr):O(master_port).
   - Runs each collective in O(ops) over the size sweep O(sizes), checks every element of the
     result, and reports time per operation, algbw and busbw (nccl-tests definitions,
     GB = 1e9 bytes).
@@ -22,7 +23,7 @@ description:
     parsed (module_utils/ncclprep/parsers/nccl_log.py) into RV(probe.nccl_log).
   - Must run with an interpreter that can import torch (torch_runtime's venv).
 options:
-  rank: {type: int, required: true, description: This host's rank, 0 .. world_size-1.}
+  rank: {type: int, required: true, description: "This host's index in O(hosts), 0 .. len(hosts)-1 (its node rank)."}
   hosts:
     type: list
     elements: str
@@ -48,6 +49,20 @@ options:
     description: KEY=VALUE file (the nccl_env launch env) loaded into the environment first.
   timeout: {type: int, default: 120, description: Hard deadline in seconds for the whole probe.}
   join_timeout: {type: int, default: 30, description: Seconds to wait for all ranks to arrive.}
+  local_ranks:
+    type: list
+    elements: int
+    default: []
+    description:
+      - Ranks on each host, in O(hosts) order (one per GPU on GPU hosts, one on CPU hosts); [] runs one per host.
+      - Ranks are numbered host by host as torchrun numbers them; local rank I(l) uses CUDA device I(l) under NCCL.
+  cpu_binding:
+    type: list
+    elements: str
+    default: []
+    description:
+      - CPU list per local rank of this host (C(0-15,32-47)), each rank bound to it (the numa_pinning map the
+        launcher binds by); [] binds none.
 author: ncclprep contributors
 """
 
@@ -71,12 +86,20 @@ probe:
   type: dict
   contains:
     status: {type: str, description: PASS, FAIL (wrong results or an error) or HANG.}
-    rank: {type: int, description: This rank.}
-    world_size: {type: int, description: Number of ranks.}
+    rank: {type: int, description: This host's index in O(hosts) (its node rank).}
+    first_rank: {type: int, description: The global rank of this host's local rank 0.}
+    world_size: {type: int, description: Number of ranks (all hosts' local ranks).}
+    ranks:
+      type: list
+      description: "Per local rank - rank, local_rank, status, stage, error, cpus (the CPUs it ran on)."
     backend: {type: str, description: gloo or nccl.}
     stage: {type: str, description: Last stage reached (rendezvous, init_process_group, "<op> <bytes> B", done).}
     missing_ranks: {type: list, description: Ranks that never arrived at the store.}
-    results: {type: list, description: "Rows: op, size_bytes, count, time_us, algbw_gbps, busbw_gbps, wrong."}
+    results:
+      type: list
+      description:
+        - "Rows: op, size_bytes, count, time_us, algbw_gbps, busbw_gbps, wrong, measured_as, rank_time_us."
+        - Times and bandwidths are this host's slowest local rank's; rank_time_us holds every local rank's time.
     error: {type: str, description: Error text when the worker raised.}
     elapsed_s: {type: float, description: Seconds the probe took.}
     nccl_log:
@@ -94,8 +117,7 @@ import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.ncclprep.collectives import SUPPORTED, nccl_log_summary, run_rank
-from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
+from ansible.module_utils.ncclprep.collectives import SUPPORTED, nccl_log_summary, rank_layout, run_local_ranks
 from ansible.module_utils.ncclprep.envfile import read_env_file
 
 try:
@@ -125,6 +147,8 @@ def main() -> None:
             env_file=dict(type="path"),
             timeout=dict(type="int", default=120),
             join_timeout=dict(type="int", default=30),
+            local_ranks=dict(type="list", elements="int", default=[]),
+            cpu_binding=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -142,6 +166,13 @@ def main() -> None:
         module.fail_json(
             msg=f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
         )
+    try:
+        offsets = rank_layout(p["local_ranks"], len(p["hosts"]))
+    except ValueError as exc:
+        module.fail_json(msg=f"{host}: {exc}")
+    mine = offsets[p["rank"] + 1] - offsets[p["rank"]]
+    if len(p["cpu_binding"]) not in (0, mine):
+        module.fail_json(msg=f"{host}: cpu_binding has {len(p['cpu_binding'])} entries for {mine} local ranks")
     if not HAS_TORCH:
         # A measurement result, not a task error: the other ranks report this rank missing.
         module.exit_json(changed=False, probe={
@@ -160,35 +191,26 @@ def main() -> None:
 
     backend = p["backend"]
     if backend == "auto":
+        # Ask NVML, not the CUDA runtime: the ranks are forked from here, and a CUDA runtime
+        # initialized before the fork fails in the children (torch's notes on
+        # PYTORCH_NVML_BASED_CUDA_CHECK, "forked processes fail with a CUDA initialization error").
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
-    world_size = len(p["hosts"])
     log_dir = None
     if backend == "nccl":  # NCCL's own log of what it chose: version, network, transports, HCAs, GDR
         log_dir = tempfile.mkdtemp(prefix="ncclprep-nccl-")
         os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=os.path.join(log_dir, "nccl.%h.%p.log"))
-    run = run_with_deadline(
-        run_rank,
-        dict(
-            rank=p["rank"],
-            world_size=world_size,
-            master_addr=p["master_addr"],
-            master_port=p["master_port"],
-            backend=backend,
-            ops=p["ops"],
-            sizes=p["sizes"],
-            warmup=p["warmup"],
-            iters=p["iters"],
-            join_timeout_s=p["join_timeout"],
-            op_timeout_s=max(p["timeout"] - p["join_timeout"], 5),
-        ),
-        timeout_s=p["timeout"],
-    )
-    probe = {"rank": p["rank"], "host": host, "hosts": p["hosts"], "world_size": world_size, "backend": backend,
-             "elapsed_s": run["elapsed_s"], "error": None, "missing_ranks": []}
-    if run["outcome"] != "result":
-        probe["results"] = []
-    probe.update(outcome_fields(run, p["timeout"]))
-    probe["missing_hosts"] = [p["hosts"][r] for r in probe.get("missing_ranks", [])]
+    result = run_local_ranks(
+        p["rank"], len(p["hosts"]), p["local_ranks"], p["cpu_binding"], p["timeout"],
+        master_addr=p["master_addr"], master_port=p["master_port"], backend=backend, ops=p["ops"],
+        sizes=p["sizes"], warmup=p["warmup"], iters=p["iters"], join_timeout_s=p["join_timeout"],
+        op_timeout_s=max(p["timeout"] - p["join_timeout"], 5))
+    probe = {"rank": p["rank"], "host": host, "hosts": p["hosts"], "backend": backend, "error": None,
+             "missing_ranks": [], "results": []}
+    probe.update(result)
+    # a global rank -> the host that runs it (ranks are numbered host by host)
+    owner = {r: p["hosts"][i] for i in range(len(p["hosts"])) for r in range(offsets[i], offsets[i + 1])}
+    probe["missing_hosts"] = sorted({owner[r] for r in probe.get("missing_ranks", []) if r in owner})
     if log_dir:
         texts = []
         for path in sorted(glob.glob(os.path.join(log_dir, "nccl.*.log"))):

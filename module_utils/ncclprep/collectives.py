@@ -14,11 +14,15 @@ on this rank between barriers. algbw = size / time; busbw = algbw x factor
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
+import os
 import socket
 import time
 
 from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor
+from ansible.module_utils.ncclprep.cpumask import parse_cpulist
+from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
 from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path, parse_nccl_log
 
 # Collectives each backend runs. Gloo gained reduce_scatter_tensor in recent torch; where the
@@ -131,8 +135,14 @@ def run_rank(
     iters: int,
     join_timeout_s: float,
     op_timeout_s: float,
+    local_rank: int = 0,
+    cpus: str | None = None,
 ) -> None:
     """Join the group, run every op over every size, and send the result through ``progress``.
+
+    ``local_rank``: this rank's index on its node, the CUDA device it uses under NCCL (as
+    torchrun's LOCAL_RANK); ``cpus``: a CPU list (``"0-15,32-47"``) the rank binds itself to
+    first (sched_setaffinity, as the launcher's NUMA binding does), None for no binding.
 
     The rank first announces itself in the TCP store hosted by rank 0 and waits
     at most ``join_timeout_s`` for all ranks; if some never arrive it reports them
@@ -145,6 +155,8 @@ def run_rank(
     import torch.distributed as dist
 
     host = socket.gethostname()
+    if cpus:
+        os.sched_setaffinity(0, parse_cpulist(cpus))
     progress.stage("store", rank=rank)
     store = dist.TCPStore(
         master_addr,
@@ -172,7 +184,7 @@ def run_rank(
         return
 
     use_cuda = backend == "nccl"
-    device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
     progress.stage("init_process_group", rank=rank)
@@ -244,9 +256,95 @@ def run_rank(
             "stage": "done",
             "missing_ranks": [],
             "results": rows,
+            "cpus": sorted(os.sched_getaffinity(0)) if cpus else None,
             "torch_version": torch.__version__,
             "nccl_version": (
                 ".".join(str(x) for x in torch.cuda.nccl.version()) if use_cuda else None
             ),
         }
     )
+
+
+def rank_layout(local_ranks: list[int], n_hosts: int) -> list[int]:
+    """The first global rank of each host (a prefix sum), ranks numbered host by host as
+    torchrun numbers them (node rank, then local rank). ``local_ranks``: ranks per host in
+    host order, [] for one each. Returns ``offsets`` with ``offsets[i]`` the first rank of
+    host i and ``offsets[-1]`` the world size (length ``n_hosts + 1``). Raises ValueError
+    naming the bad value when the list's length is not ``n_hosts`` or a count is below 1."""
+    counts = list(local_ranks) if local_ranks else [1] * n_hosts
+    if len(counts) != n_hosts:
+        raise ValueError(f"local_ranks has {len(counts)} entries for {n_hosts} hosts ({counts})")
+    bad = [c for c in counts if not isinstance(c, int) or isinstance(c, bool) or c < 1]
+    if bad:
+        raise ValueError(f"local_ranks {bad}: each must be an integer >= 1")
+    offsets = [0]
+    for c in counts:
+        offsets.append(offsets[-1] + c)
+    return offsets
+
+
+_WORST = {"HANG": 3, "FAIL": 2, "PASS": 1}
+
+
+def merge_local_ranks(outs: list[dict], first_rank: int) -> dict:
+    """One host's probe result from its local ranks' results (``outcome_fields`` dicts, local
+    rank order). Each row (op, size) is the slowest local rank's (time_us, algbw, busbw: the
+    host is as fast as its slowest rank), with ``rank_time_us``: global rank -> time_us of
+    every local rank; ``wrong`` is summed over the local ranks. ``status`` is the worst
+    (HANG, FAIL, PASS), with ``error`` and ``stage`` of the first rank in that status;
+    ``missing_ranks`` the union; ``ranks``: per local rank ``{rank, local_rank, status, stage,
+    error, cpus}``. The other keys are local rank 0's."""
+    first = outs[0]
+    merged = dict(first)
+    rows: dict[tuple, dict] = {}
+    order: list = []
+    for local, out in enumerate(outs):
+        for row in out.get("results") or []:
+            if "time_us" not in row:
+                if local == 0:
+                    order.append(row)
+                continue
+            key = (row["op"], row["size_bytes"])
+            cur = rows.get(key)
+            if cur is None:
+                rows[key] = dict(row, rank_time_us={first_rank + local: row["time_us"]})
+                order.append(key)
+                continue
+            times = {**cur["rank_time_us"], first_rank + local: row["time_us"]}
+            wrong = cur["wrong"] + row["wrong"]
+            if row["time_us"] > cur["time_us"]:
+                cur = dict(row)
+            rows[key] = dict(cur, rank_time_us=times, wrong=wrong)
+    merged["results"] = [rows[k] if isinstance(k, tuple) else k for k in order]
+    worst = max(outs, key=lambda o: _WORST.get(o.get("status"), 2))
+    if _WORST.get(worst.get("status"), 2) > _WORST.get(first.get("status"), 2):
+        merged.update(status=worst.get("status"), stage=worst.get("stage"), error=worst.get("error"))
+    merged["missing_ranks"] = sorted({r for o in outs for r in o.get("missing_ranks") or []})
+    merged["ranks"] = [{"rank": first_rank + i, "local_rank": i, "status": o.get("status"), "stage": o.get("stage"),
+                        "error": o.get("error"), "cpus": o.get("cpus")} for i, o in enumerate(outs)]
+    return merged
+
+
+def run_local_ranks(node_rank: int, n_hosts: int, local_ranks: list[int], cpu_binding: list, timeout_s: float,
+                    **common) -> dict:
+    """Run this host's ranks (``run_rank``), each in its own child under ``timeout_s``, all at once.
+
+    ``node_rank``: this host's index of ``n_hosts``; ``local_ranks``: ranks per host (``rank_layout``);
+    ``cpu_binding``: per local rank a CPU list or None ([]: no binding); ``common``: the
+    other ``run_rank`` arguments except rank, world_size, local_rank and cpus. Returns
+    ``merge_local_ranks`` of the children's results, plus ``elapsed_s`` (the slowest child),
+    ``world_size`` and ``first_rank``. Raises ValueError as ``rank_layout``.
+    """
+    offsets = rank_layout(local_ranks, n_hosts)
+    first, count, world = offsets[node_rank], offsets[node_rank + 1] - offsets[node_rank], offsets[-1]
+
+    def one(local: int) -> dict:
+        cpus = cpu_binding[local] if local < len(cpu_binding) else None
+        run = run_with_deadline(run_rank, dict(common, rank=first + local, world_size=world, local_rank=local,
+                                               cpus=cpus), timeout_s=timeout_s)
+        return dict(outcome_fields(run, timeout_s), elapsed_s=run["elapsed_s"])
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=count) as pool:
+        outs = list(pool.map(one, range(count)))
+    return dict(merge_local_ranks(outs, first), elapsed_s=max(o["elapsed_s"] for o in outs),
+                world_size=world, first_rank=first)

@@ -12,7 +12,14 @@ pytest.importorskip("torch")
 # Spawned ranks do not run conftest: import ncclprep first so module_utils is importable.
 # isort: off
 import ncclprep  # noqa: F401
-from ansible.module_utils.ncclprep.collectives import element_count, expected_values, run_rank
+from ansible.module_utils.ncclprep.collectives import (
+    element_count,
+    expected_values,
+    merge_local_ranks,
+    rank_layout,
+    run_local_ranks,
+    run_rank,
+)
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
 # isort: on
 
@@ -101,3 +108,60 @@ def test_missing_rank_is_reported_as_hang_naming_it():
         assert out["value"]["status"] == "HANG"
         assert out["value"]["stage"] == "rendezvous"
         assert out["value"]["missing_ranks"] == [2]
+
+
+def _host(node, port, binding, queue):
+    out = run_local_ranks(node, 2, [2, 2], binding, 60, master_addr="127.0.0.1", master_port=port,
+                          backend="gloo", ops=["all_reduce", "all_to_all"], sizes=[4096, 65536], warmup=1,
+                          iters=2, join_timeout_s=30, op_timeout_s=30)
+    queue.put((node, out))
+
+
+def test_two_hosts_of_two_local_ranks_make_a_world_of_four_bound_as_asked():
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_host, args=(n, port, ["0", None] if n == 0 else [], queue)) for n in (0, 1)]
+    for p in procs:
+        p.start()
+    got = dict(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(10)
+    for node in (0, 1):
+        out = got[node]
+        assert out["status"] == "PASS", out
+        assert out["world_size"] == 4 and out["first_rank"] == 2 * node
+        assert [r["rank"] for r in out["ranks"]] == [2 * node, 2 * node + 1]
+        assert [r["status"] for r in out["ranks"]] == ["PASS", "PASS"]
+        rows = [r for r in out["results"] if r["op"] == "all_to_all"]
+        assert [r["size_bytes"] for r in rows] == [4096, 65536]
+        for row in rows:
+            assert row["wrong"] == 0 and set(row["rank_time_us"]) == {2 * node, 2 * node + 1}
+            assert row["time_us"] == max(row["rank_time_us"].values())
+    assert got[0]["ranks"][0]["cpus"] == [0] and got[0]["ranks"][1]["cpus"] is None
+
+
+def test_rank_layout_numbers_ranks_host_by_host_and_refuses_bad_counts():
+    assert rank_layout([8, 8, 4], 3) == [0, 8, 16, 20]
+    assert rank_layout([], 3) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"local_ranks has 2 entries for 3 hosts"):
+        rank_layout([8, 8], 3)
+    with pytest.raises(ValueError, match=r"local_ranks \[0\]"):
+        rank_layout([8, 0, 8], 3)
+
+
+def test_merge_takes_the_slowest_local_rank_sums_wrong_and_keeps_the_worst_status():
+    def row(t, wrong=0):
+        return {"op": "all_reduce", "size_bytes": 4096, "time_us": t, "busbw_gbps": 4096 / t / 1e3, "wrong": wrong}
+    fast = {"status": "PASS", "stage": "done", "error": None, "results": [row(100.0), {"op": "x", "skipped": "no"}]}
+    slow = {"status": "FAIL", "stage": "done", "error": None, "results": [row(400.0, wrong=3)]}
+    hung = {"status": "HANG", "stage": "all_reduce 4096 B", "error": "no progress", "results": [],
+            "missing_ranks": [5]}
+    merged = merge_local_ranks([fast, slow], 8)
+    assert merged["status"] == "FAIL"
+    assert merged["results"][0]["time_us"] == 400.0 and merged["results"][0]["wrong"] == 3
+    assert merged["results"][0]["rank_time_us"] == {8: 100.0, 9: 400.0}
+    assert merged["results"][1] == {"op": "x", "skipped": "no"}
+    worst = merge_local_ranks([fast, hung], 0)
+    assert worst["status"] == "HANG" and worst["stage"] == "all_reduce 4096 B" and worst["missing_ranks"] == [5]
+    assert [r["status"] for r in worst["ranks"]] == ["PASS", "HANG"]

@@ -93,7 +93,8 @@ def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Chec
     for op, why in skipped:
         out.append(make_check(f"collective.{op}", "SKIP", message=f"{op}: {why}"))
     summary = summarize_collectives(records)
-    world = len(ranks)
+    # one rank per host, or the hosts' local ranks together (nccl_probe's world_size)
+    world = max([(p or {}).get("world_size") or 0 for p in probes.values()] + [len(ranks)])
     for op, rows in summary.items():
         wrong_hosts = sorted(h for h, p in probes.items()
                              for r in (p or {}).get("results", []) if r.get("op") == op and r.get("wrong"))
