@@ -5,15 +5,22 @@ Each reading runs one read-only tool under a deadline and parses its text with t
 
 - ``ib_ports``: ``ibstat`` (else ``ibstatus``, else the RDMA sysfs files) -> ``parsers.ibstat``
 - ``ibv_devinfo``: ``ibv_devinfo`` -> ``parsers.ibv_devinfo``
-- ``numactl``: ``numactl -H`` -> ``parsers.numa_lscpu``
-- ``gpu_topology``: ``nvidia-smi topo -m`` -> ``parsers.topo`` (absent on CPU nodes)
-- ``ip_links``: ``ip addr show`` (text form) -> ``parsers.ip_link``
+- ``numactl``: ``numactl -H``, else plain ``lscpu`` -> ``parsers.numa_lscpu`` (one shape either way)
+- ``gpu_topology``: ``nvidia-smi topo -m`` -> ``parsers.topo`` (absent on CPU nodes); its
+  ``data["p2p"]`` holds ``nvidia-smi topo -p2p r`` (``parse_topo_p2p``, see ``gpu_topology``)
+- ``ip_links``: ``ip addr show`` (text form), else ``ifconfig -a`` -> ``parsers.ip_link`` /
+  ``parsers.ifconfig`` (one shape either way)
 - ``netplan``: ``/etc/netplan/*.yaml`` -> ``parsers.netplan``, judged against the RoCE netdevs
+- ``link``: ``ethtool <interface>`` and ``ethtool -i <interface>`` -> ``parsers.ethtool``, only
+  when ``collect`` is given the data-plane interface (the key is absent otherwise)
 
 Every reading is None when the tool (or the files) is not on the node: a missing tool is never
 an error. Otherwise it is ``{"source": what was read (argv joined, or a path), "error": str |
 None, "data": parsed dict | None, "findings": [finding dicts]}``; ``error`` says that the tool
-ran past its deadline or exited non-zero (then ``data`` is None and ``findings`` []).
+ran past its deadline or exited non-zero (then ``data`` is None and ``findings`` []). Where a
+fallback tool was read, ``source`` names it (``ifconfig -a``, ``lscpu``). A second command read
+into a reading's ``data`` (``gpu_topology``'s ``p2p``, ``link``'s ``driver``) is a
+``{"source", "error", "data"}`` dict of its own; its findings join the reading's.
 
 Commands run through a ``runner(argv, timeout_s) -> (rc, stdout, stderr)`` and tools are found
 with ``which(name) -> path | None`` (``AnsibleModule.get_bin_path`` on a node), so tests pass
@@ -30,12 +37,14 @@ import re
 import subprocess
 from collections.abc import Callable
 
+from ansible.module_utils.ncclprep.parsers.ethtool import diagnose_ethtool, parse_ethtool, parse_ethtool_driver
 from ansible.module_utils.ncclprep.parsers.ibstat import diagnose_ib_ports, parse_ib_status
 from ansible.module_utils.ncclprep.parsers.ibv_devinfo import diagnose_ibv_devinfo, parse_ibv_devinfo
+from ansible.module_utils.ncclprep.parsers.ifconfig import parse_ifconfig
 from ansible.module_utils.ncclprep.parsers.ip_link import diagnose_ip_link, parse_ip_link
 from ansible.module_utils.ncclprep.parsers.netplan import diagnose_netplan, parse_netplan
-from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, parse_numactl_hardware
-from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, parse_topo
+from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, parse_lscpu, parse_numactl_hardware
+from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, diagnose_topo_p2p, parse_topo, parse_topo_p2p
 from ansible.module_utils.ncclprep.roce import find_roce_ports
 from ansible.module_utils.ncclprep.sysfs import read_text
 
@@ -47,6 +56,9 @@ TIMEOUT_RC = 124
 #: Environment of every command: untranslated output, as the parsers expect.
 COMMAND_ENV = {"LC_ALL": "C", "LANG": "C"}
 _CODED_RE = re.compile(r"^\d+:\s*(\S+)$")          # sysfs "4: ACTIVE", "5: LinkUp"
+#: A netdev name as the kernel accepts it (dev_valid_name: at most 15 bytes, no "/", ":" or
+#: white space), not starting with "-" so that ethtool cannot read it as an option.
+_IFNAME_RE = re.compile(r"^[^\s/:-][^\s/:]{0,14}$")
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec")  # sysfs "200 Gb/sec (4X HDR)"
 
 
@@ -184,25 +196,74 @@ def ibv_devinfo(runner: Runner, which: Which, timeout: float, host: str | None =
 
 def numactl(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
     """``numactl -H``: NUMA nodes, CPUs, sizes (MiB) and distances; findings from
-    ``diagnose_numa``. None without numactl (numa.read_topology reads sysfs either way)."""
-    return _tool_reading(runner, which, ["numactl", "-H"], timeout, parse_numactl_hardware,
-                         lambda d: diagnose_numa(d, host))
+    ``diagnose_numa``. Without numactl, plain ``lscpu`` (``parse_lscpu``: the same shape with the
+    node CPUs only, sizes and distances None, plus lscpu's counts). None without either
+    (numa.read_topology reads sysfs either way). A numactl that fails gives its error; lscpu is
+    not tried in its place (``No NUMA available`` is the answer worth seeing)."""
+    return (_tool_reading(runner, which, ["numactl", "-H"], timeout, parse_numactl_hardware,
+                          lambda d: diagnose_numa(d, host))
+            or _tool_reading(runner, which, ["lscpu"], timeout, parse_lscpu, lambda d: diagnose_numa(d, host)))
+
+
+def _sub_reading(runner: Runner, which: Which, argv: list, timeout: float,
+                 parse: Callable[[str], dict]) -> dict:
+    source, out, error = run_tool(runner, which, argv, timeout)
+    return {"source": source, "error": error, "data": parse(out) if error is None and source else None}
 
 
 def gpu_topology(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
     """``nvidia-smi topo -m``: GPU/NIC link matrix and CPU/NUMA affinity; findings from
     ``diagnose_topo``. None without nvidia-smi (CPU nodes). On a node whose driver is not
-    loaded nvidia-smi exits non-zero: that is an ``error``, not a failure."""
-    return _tool_reading(runner, which, ["nvidia-smi", "topo", "-m"], timeout, parse_topo,
-                         lambda d: diagnose_topo(d, host))
+    loaded nvidia-smi exits non-zero: that is an ``error``, not a failure.
+
+    When topo -m was read, ``nvidia-smi topo -p2p r`` is run too (under its own ``timeout``) and
+    ``data["p2p"]`` is ``{"source": "nvidia-smi topo -p2p r", "error": str | None, "data":
+    parse_topo_p2p dict (capability "r": P2P read) | None}``; its findings (``topo.p2p_*``, a GPU
+    pair without P2P read) are added. A driver too old for ``-p2p`` gives that ``error`` only."""
+    reading = _tool_reading(runner, which, ["nvidia-smi", "topo", "-m"], timeout, parse_topo,
+                            lambda d: diagnose_topo(d, host))
+    if reading is None or reading["error"] is not None:
+        return reading
+    p2p = _sub_reading(runner, which, ["nvidia-smi", "topo", "-p2p", "r"], timeout,
+                       lambda text: parse_topo_p2p(text, "r"))
+    reading["data"]["p2p"] = p2p
+    if p2p["data"] is not None:
+        reading["findings"] += diagnose_topo_p2p(p2p["data"], host)
+    return reading
 
 
 def ip_links(runner: Runner, which: Which, timeout: float, host: str | None = None) -> dict | None:
     """``ip addr show`` in its text form: links with flags, link type, state, MTU and addresses;
     findings from ``diagnose_ip_link`` (an IPoIB interface down, an unusual IPoIB MTU).
-    None without ip."""
-    return _tool_reading(runner, which, ["ip", "addr", "show"], timeout, parse_ip_link,
-                         lambda d: diagnose_ip_link(d, host))
+    Without ip, ``ifconfig -a`` (``parse_ifconfig``: the same link shape, with ``state`` derived
+    from the RUNNING flag and no index, qdisc or master; plus ``layout``). None without either."""
+    return (_tool_reading(runner, which, ["ip", "addr", "show"], timeout, parse_ip_link,
+                          lambda d: diagnose_ip_link(d, host))
+            or _tool_reading(runner, which, ["ifconfig", "-a"], timeout, parse_ifconfig,
+                             lambda d: diagnose_ip_link(d, host)))
+
+
+def link(runner: Runner, which: Which, timeout: float, interface: str, host: str | None = None) -> dict | None:
+    """``ethtool <interface>``: speed (Mb/s), duplex, port, autonegotiation, link detected, link
+    modes (``parse_ethtool``); findings from ``diagnose_ethtool`` (FAIL no link, WARN speed
+    unknown on a link that is up). None without ethtool.
+
+    ``data["driver"]`` is ``ethtool -i <interface>`` as ``{"source", "error", "data":
+    parse_ethtool_driver dict | None}`` (driver, firmware-version, bus-info), run only when the
+    settings were read. A name the kernel would not accept as a netdev (or one starting with
+    ``-``) is not passed to ethtool: the reading's ``error`` names it.
+    """
+    if not which("ethtool"):
+        return None
+    if not isinstance(interface, str) or not _IFNAME_RE.match(interface):
+        return _reading(f"ethtool {interface}", f"ethtool: {interface!r} is not a network interface name "
+                        "(1 to 15 characters, no '/', ':' or white space, not starting with '-')")
+    reading = _tool_reading(runner, which, ["ethtool", interface], timeout, parse_ethtool,
+                            lambda d: diagnose_ethtool(d, host))
+    if reading is not None and reading["error"] is None:
+        reading["data"]["driver"] = _sub_reading(runner, which, ["ethtool", "-i", interface], timeout,
+                                                 parse_ethtool_driver)
+    return reading
 
 
 def netplan(netplan_dir: str = "/etc/netplan", roce_interfaces: list | None = None,
@@ -231,15 +292,17 @@ def netplan(netplan_dir: str = "/etc/netplan", roce_interfaces: list | None = No
 
 
 def collect(runner: Runner, which: Which, timeout: float, host: str | None = None, sysfs: str = "/sys",
-            netplan_dir: str = "/etc/netplan") -> dict:
+            netplan_dir: str = "/etc/netplan", interface: str | None = None) -> dict:
     """Every reading of this module: ``{"ib_ports", "ibv_devinfo", "numactl", "gpu_topology",
-    "ip_links", "netplan"}``, each None or a reading dict (module docstring).
+    "ip_links", "netplan"}``, plus ``"link"`` when ``interface`` (the data-plane netdev) is given;
+    each None or a reading dict (module docstring).
 
-    Each command gets ``timeout`` seconds, so the whole takes at most 6 x ``timeout`` (ibstat
-    and ibstatus are not both run when the first is present). Never raises.
+    Each command gets ``timeout`` seconds and commands run one after another, so the whole takes
+    at most 6 x ``timeout``, 8 x with ``interface`` (ibstat and ibstatus, ip and ifconfig,
+    numactl and lscpu are never both run; nvidia-smi and ethtool run twice each). Never raises.
     """
     roce = sorted({p["netdev"] for p in find_roce_ports(sysfs) if p.get("netdev")})
-    return {
+    out = {
         "ib_ports": ib_ports(runner, which, timeout, host, sysfs),
         "ibv_devinfo": ibv_devinfo(runner, which, timeout, host),
         "numactl": numactl(runner, which, timeout, host),
@@ -248,3 +311,6 @@ def collect(runner: Runner, which: Which, timeout: float, host: str | None = Non
         # Without a RoCE port the MTU rule has nothing to judge: [] rather than None ("unknown").
         "netplan": netplan(netplan_dir, roce, host),
     }
+    if interface:
+        out["link"] = link(runner, which, timeout, interface, host)
+    return out

@@ -22,6 +22,7 @@ from ansible.module_utils.ncclprep.hostinfo import (
     ib_ports,
     ibv_devinfo,
     ip_links,
+    link,
     netplan,
     numactl,
     read_ib_sysfs,
@@ -46,6 +47,17 @@ class Fakes:
     def runner(self, argv: list, timeout: float) -> tuple:
         self.calls.append((argv, timeout))
         return self.answers[os.path.basename(argv[0])]
+
+
+class ArgvFakes(Fakes):
+    """Fakes answering per command line: ``answers`` is {"tool arg ...": (rc, stdout, stderr)}."""
+
+    def which(self, name: str) -> str | None:
+        return f"/usr/bin/{name}" if any(key.split()[0] == name for key in self.answers) else None
+
+    def runner(self, argv: list, timeout: float) -> tuple:
+        self.calls.append((argv, timeout))
+        return self.answers[" ".join([os.path.basename(argv[0]), *argv[1:]])]
 
 
 def ok(text: str) -> tuple:
@@ -206,6 +218,128 @@ def test_ip_links_ib0_down_is_flagged_and_its_4092_mtu_is_normal(case):
     assert [links[n]["state"] for n in ("eno2", "eno3", "eno4")] == ["DOWN"] * 3
     assert (links["ib0"]["state"], links["ib0"]["mtu"]) == ("DOWN", 4092)
     assert ids(reading) == [("ip.ipoib_down", "WARN", "ib0")]
+
+
+IFCONFIG_OLD = """\
+eth0      Link encap:Ethernet  HWaddr 00:25:90:AB:12:34
+          inet addr:10.0.0.5  Bcast:10.0.0.255  Mask:255.255.255.0
+          UP BROADCAST RUNNING MULTICAST  MTU:1500  Metric:1
+          collisions:0 txqueuelen:1000
+ib0       Link encap:UNSPEC  HWaddr 80-00-00-48-FE-80-00-00-00-00-00-00-00-00-00-00
+          UP BROADCAST MULTICAST  MTU:2044  Metric:1
+"""
+LSCPU = ("CPU(s):              64\nOn-line CPU(s) list: 0-63\nSocket(s):           2\nNUMA node(s):        2\n"
+         "NUMA node0 CPU(s):   0-31\nNUMA node1 CPU(s):   32-63\n")
+P2P_CNS = (" \tGPU0\tGPU1\t\n GPU0\tX\tCNS\t\n GPU1\tCNS\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+           "  CNS  = Chipset not supported\n")
+ETHTOOL = ("Settings for enp65s0f0np0:\n\tSupported link modes:   25000baseCR/Full\n\t                        "
+           "100000baseCR4/Full\n\tSpeed: 100000Mb/s\n\tDuplex: Full\n\tAuto-negotiation: on\n"
+           "\tPort: Direct Attach Copper\n\tLink detected: yes\n")
+ETHTOOL_I = "driver: mlx5_core\nfirmware-version: 22.36.1010 (MT_0000000359)\nbus-info: 0000:41:00.0\n"
+
+
+def test_without_ip_ifconfig_is_read_into_the_same_links_and_ib0_down_is_flagged():
+    fakes = Fakes({"ifconfig": ok(IFCONFIG_OLD)})
+    reading = ip_links(fakes.runner, fakes.which, 5, "n1")
+    assert fakes.calls == [(["/usr/bin/ifconfig", "-a"], 5)]
+    assert (reading["source"], reading["error"], reading["data"]["layout"]) == ("ifconfig -a", None, "net-tools 1.60")
+    links = {lk["name"]: lk for lk in reading["data"]["links"]}
+    assert (links["eth0"]["mtu"], links["eth0"]["state"], links["eth0"]["addresses"][0]["address"]) == (
+        1500, "UP", "10.0.0.5/24")
+    assert (links["ib0"]["state"], links["ib0"]["mtu"]) == ("DOWN", 2044)
+    assert ids(reading) == [("ip.ipoib_down", "WARN", "ib0")]
+
+
+def test_ip_is_preferred_and_ifconfig_is_not_run_when_ip_is_there_or_fails():
+    fakes = Fakes({"ip": (1, "", "RTNETLINK answers: Operation not permitted\n"), "ifconfig": ok(IFCONFIG_OLD)})
+    reading = ip_links(fakes.runner, fakes.which, 5)
+    assert reading["source"] == "ip addr show" and reading["error"].startswith("ip addr show exited 1")
+    assert [argv for argv, _ in fakes.calls] == [["/usr/bin/ip", "addr", "show"]]
+
+
+def test_without_numactl_lscpu_gives_the_node_cpus_in_the_numactl_shape():
+    fakes = Fakes({"lscpu": ok(LSCPU)})
+    reading = numactl(fakes.runner, fakes.which, 5, "n1")
+    assert fakes.calls == [(["/usr/bin/lscpu"], 5)] and reading["source"] == "lscpu"
+    data = reading["data"]
+    assert [n["cpus"] for n in data["nodes"]] == [list(range(32)), list(range(32, 64))]
+    assert [n["size_mib"] for n in data["nodes"]] == [None, None] and data["distances"] is None
+    assert (data["available"], data["sockets"], data["cpu_count"]) == (2, 2, 64)
+    assert reading["findings"] == []
+    failing = Fakes({"numactl": (1, "", "No NUMA available on this system\n"), "lscpu": ok(LSCPU)})
+    assert numactl(failing.runner, failing.which, 5)["error"] == "numactl -H exited 1: No NUMA available on this system"
+    assert len(failing.calls) == 1  # a numactl that answers is not replaced by lscpu
+
+
+def test_gpu_topology_adds_the_p2p_read_matrix_and_its_findings(case):
+    fakes = ArgvFakes({"nvidia-smi topo -m": ok(case("topo/3gpu-nvlink-bridge-2nic.txt")),
+                       "nvidia-smi topo -p2p r": ok(P2P_CNS)})
+    reading = gpu_topology(fakes.runner, fakes.which, 10, "n1")
+    assert [argv for argv, _ in fakes.calls] == [["/usr/bin/nvidia-smi", "topo", "-m"],
+                                                 ["/usr/bin/nvidia-smi", "topo", "-p2p", "r"]]
+    p2p = reading["data"]["p2p"]
+    assert (p2p["source"], p2p["error"], p2p["data"]["capability"]) == ("nvidia-smi topo -p2p r", None, "r")
+    assert p2p["data"]["matrix"]["GPU0"]["GPU1"] == "CNS"
+    assert ids(reading) == [("topo.nic_far", "WARN", "GPU0"), ("topo.nic_far", "WARN", "GPU1"),
+                            ("topo.nic_near", "INFO", "GPU2"), ("topo.p2p_unsupported", "WARN", "GPU0-GPU1")]
+    assert reading["findings"][-1]["host"] == "n1" and "Chipset not supported" in reading["findings"][-1]["message"]
+
+
+def test_a_driver_without_p2p_status_keeps_topo_m_and_says_why_p2p_is_missing(case):
+    fakes = ArgvFakes({"nvidia-smi topo -m": ok(case("topo/3gpu-nvlink-bridge-2nic.txt")),
+                       "nvidia-smi topo -p2p r": (2, "", "Invalid combination of input arguments.\n")})
+    reading = gpu_topology(fakes.runner, fakes.which, 10, "n1")
+    assert reading["error"] is None and list(reading["data"]["gpus"]) == ["GPU0", "GPU1", "GPU2"]
+    assert reading["data"]["p2p"] == {
+        "source": "nvidia-smi topo -p2p r", "data": None,
+        "error": "nvidia-smi topo -p2p r exited 2: Invalid combination of input arguments."}
+    assert [f["id"] for f in reading["findings"]] == ["topo.nic_far", "topo.nic_far", "topo.nic_near"]
+    hung = ArgvFakes({"nvidia-smi topo -m": ok(case("topo/3gpu-nvlink-bridge-2nic.txt")),
+                      "nvidia-smi topo -p2p r": (TIMEOUT_RC, "", "")})
+    assert gpu_topology(hung.runner, hung.which, 10)["data"]["p2p"]["error"] == \
+        "nvidia-smi topo -p2p r ran past its deadline of 10 s"
+
+
+def test_link_reads_ethtool_settings_and_driver_of_the_data_plane_interface():
+    fakes = ArgvFakes({"ethtool enp65s0f0np0": ok(ETHTOOL), "ethtool -i enp65s0f0np0": ok(ETHTOOL_I)})
+    reading = link(fakes.runner, fakes.which, 5, "enp65s0f0np0", "n1")
+    assert [argv for argv, _ in fakes.calls] == [["/usr/bin/ethtool", "enp65s0f0np0"],
+                                                 ["/usr/bin/ethtool", "-i", "enp65s0f0np0"]]
+    data = reading["data"]
+    assert (reading["source"], data["interface"], data["speed_mbps"], data["link_detected"]) == (
+        "ethtool enp65s0f0np0", "enp65s0f0np0", 100000, True)
+    assert data["supported_modes"] == ["25000baseCR/Full", "100000baseCR4/Full"]
+    driver = data["driver"]
+    assert (driver["source"], driver["error"], driver["data"]["driver"], driver["data"]["bus_info"]) == (
+        "ethtool -i enp65s0f0np0", None, "mlx5_core", "0000:41:00.0")
+    assert reading["findings"] == []
+
+
+def test_link_without_carrier_is_a_fail_and_bad_names_never_reach_ethtool():
+    down = ETHTOOL.replace("enp65s0f0np0", "eth9").replace("Speed: 100000Mb/s", "Speed: Unknown!") \
+        .replace("Link detected: yes", "Link detected: no")
+    fakes = ArgvFakes({"ethtool eth9": ok(down), "ethtool -i eth9": ok(ETHTOOL_I)})
+    reading = link(fakes.runner, fakes.which, 5, "eth9", "n2")
+    assert ids(reading) == [("ethtool.no_link", "FAIL", "eth9")] and reading["findings"][0]["host"] == "n2"
+    for bad in ("-i", "eth0 eth1", "a/b", "x" * 16, ""):
+        reading = link(fakes.runner, fakes.which, 5, bad)
+        assert reading["data"] is None and "is not a network interface name" in reading["error"]
+    assert len(fakes.calls) == 2
+    assert link(Fakes({}).runner, Fakes({}).which, 5, "eth0") is None
+    failing = ArgvFakes({"ethtool eth0": (75, "", "netlink error: no device matches name (offset 24)\n")})
+    reading = link(failing.runner, failing.which, 5, "eth0")
+    assert reading["error"] == "ethtool eth0 exited 75: netlink error: no device matches name (offset 24)"
+    assert len(failing.calls) == 1  # no ethtool -i after a failed settings read
+
+
+def test_collect_adds_the_link_reading_only_when_given_the_data_plane_interface(tmp_path):
+    fakes = ArgvFakes({"ethtool bond0": ok(ETHTOOL.replace("enp65s0f0np0", "bond0")), "ethtool -i bond0": ok("")})
+    out = collect(fakes.runner, fakes.which, 3, "n1", sysfs=str(tmp_path), netplan_dir=str(tmp_path / "np"),
+                  interface="bond0")
+    assert set(out) == set(READINGS) | {"link"}
+    assert out["link"]["data"]["interface"] == "bond0" and out["link"]["data"]["driver"]["data"]["driver"] is None
+    assert all(out[name] is None for name in READINGS)
+    assert "link" not in collect(fakes.runner, fakes.which, 3, sysfs=str(tmp_path), netplan_dir=str(tmp_path / "np"))
 
 
 def test_netplan_mtu_4096_on_a_roce_port_recommends_4200(case, tmp_path):

@@ -1,4 +1,12 @@
-from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, nearest_nics, parse_topo
+import pytest
+from ansible.module_utils.ncclprep.parsers.topo import (
+    P2P_STATUS,
+    diagnose_topo,
+    diagnose_topo_p2p,
+    nearest_nics,
+    parse_topo,
+    parse_topo_p2p,
+)
 
 
 def test_3gpu_nvlink_bridge_2nic_reading(case):
@@ -72,3 +80,92 @@ def test_garbled_rows_and_old_nic_names():
     assert "1 of 1 GPU rows parsed, 0 of 1 NIC rows" in trunc["message"]
     assert (far["subject"], far["distance"], far["nearest"]) == ("GPU0", "SYS", ["mlx5_0"])
     assert parse_topo("")["columns"] == []
+
+
+P2P_LEGEND = ("\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
+              "  GNS  = GPU not supported\n  TNS  = Topology not supported\n  NS   = Not supported\n"
+              "  DR   = Disabled by regkey\n  U    = Unknown\n")
+# nvidia-smi topo -p2p r on an 8-GPU NVSwitch board: every line led by a space, cells and lines end in a tab.
+P2P_8_OK = (" \t" + "".join(f"GPU{i}\t" for i in range(8)) + "\n"
+            + "".join(f" GPU{i}\t" + "".join("X\t" if j == i else "OK\t" for j in range(8)) + "\n" for i in range(8))
+            + P2P_LEGEND)
+# Two PCIe GPUs of a model without P2P, space-aligned as a terminal copy shows it (older legend, no DR).
+P2P_2_GNS = """\
+        GPU0    GPU1
+ GPU0   X       GNS
+ GPU1   GNS     X
+
+Legend:
+
+  X    = Self
+  OK   = Status Ok
+  CNS  = Chipset not supported
+  GNS  = GPU not supported
+  TNS  = Topology not supported
+  NS   = Not supported
+  U    = Unknown
+"""
+
+
+def test_p2p_read_matrix_of_8_nvswitch_gpus_all_ok():
+    parsed = parse_topo_p2p(P2P_8_OK, "r")
+    assert parsed["capability"] == "r" and parsed["gpus"] == [f"GPU{i}" for i in range(8)]
+    assert parsed["unparsed"] == [] and parsed["truncated"] is False
+    assert parsed["matrix"]["GPU3"]["GPU3"] == "X" and parsed["matrix"]["GPU3"]["GPU7"] == "OK"
+    assert sum(code == "OK" for row in parsed["matrix"].values() for code in row.values()) == 56
+    assert parsed["legend"] == P2P_STATUS  # the newer driver's legend, DR included
+    assert diagnose_topo_p2p(parsed, host="n1") == []
+
+
+def test_gpus_without_p2p_are_one_warning_per_pair_citing_the_legend():
+    parsed = parse_topo_p2p("$ nvidia-smi topo -p2p w\n" + P2P_2_GNS)
+    assert parsed["capability"] == "w"  # from the echoed command line, which stays unparsed
+    assert parsed["unparsed"] == ["$ nvidia-smi topo -p2p w"]
+    assert parsed["matrix"] == {"GPU0": {"GPU0": "X", "GPU1": "GNS"}, "GPU1": {"GPU0": "GNS", "GPU1": "X"}}
+    assert "DR" not in parsed["legend"] and parsed["legend"]["GNS"] == "GPU not supported"
+    [f] = diagnose_topo_p2p(parsed, host="ws1")
+    assert (f["id"], f["severity"], f["subject"], f["host"], f["pair"]) == (
+        "topo.p2p_unsupported", "WARN", "GPU0-GPU1", "ws1", ["GPU0", "GPU1"])
+    assert f["codes"] == {"GPU0->GPU1": "GNS", "GPU1->GPU0": "GNS"} and f["capability"] == "w"
+    assert f["message"] == "GPU0 and GPU1: P2P write not OK: GNS (GPU not supported) both ways"
+    assert "host memory" in f["remediation"]
+
+
+def test_mixed_codes_one_direction_and_a_code_only_the_legend_knows():
+    text = (" \tGPU0\tGPU1\tGPU2\t\n GPU0\tX\tOK\tCNS\t\n GPU1\tOK\tX\tTNS\t\n GPU2\tCNS\tZZ\tX\t\n"
+            + P2P_LEGEND + "  ZZ   = Something new\n")
+    parsed = parse_topo_p2p(text, "n")
+    assert parsed["unparsed"] == [] and parsed["matrix"]["GPU2"]["GPU1"] == "ZZ"
+    findings = diagnose_topo_p2p(parsed)
+    assert [(f["subject"], f["codes"]) for f in findings] == [
+        ("GPU0-GPU2", {"GPU0->GPU2": "CNS", "GPU2->GPU0": "CNS"}),
+        ("GPU1-GPU2", {"GPU1->GPU2": "TNS", "GPU2->GPU1": "ZZ"})]
+    assert findings[1]["message"] == ("GPU1 and GPU2: P2P NVLink not OK: GPU1->GPU2 TNS (Topology not supported), "
+                                      "GPU2->GPU1 ZZ (Something new)")
+    assert findings[0]["host"] is None and "chipset" in findings[0]["remediation"]
+
+
+def test_truncated_p2p_matrix_keeps_the_cells_read_and_says_so():
+    cut = P2P_8_OK.split(" GPU5\t")[0] + " GPU5\tOK\tOK\tO"
+    parsed = parse_topo_p2p(cut, "r")
+    assert parsed["truncated"] is True and parsed["legend"] == {}
+    assert list(parsed["matrix"]) == ["GPU0", "GPU1", "GPU2", "GPU3", "GPU4", "GPU5"]
+    assert parsed["matrix"]["GPU5"] == {"GPU0": "OK", "GPU1": "OK"}  # "O" is no code
+    assert parsed["unparsed"] == [" GPU5\tOK\tOK\tO"]
+    [trunc] = diagnose_topo_p2p(parsed, host="n3")  # the cells read are all OK
+    assert (trunc["id"], trunc["severity"], trunc["rows_read"], trunc["announced_gpus"]) == (
+        "topo.p2p_truncated", "WARN", 5, 8)
+    assert "5 of 8 GPU rows" in trunc["message"]
+
+
+def test_p2p_parser_reads_nothing_from_a_topo_m_matrix_or_empty_text(case):
+    parsed = parse_topo_p2p(case("topo/3gpu-nvlink-bridge-2nic.txt"))
+    assert (parsed["gpus"], parsed["matrix"], parsed["truncated"]) == ([], {}, False)
+    assert diagnose_topo_p2p(parsed) == []
+    assert parse_topo_p2p("") == {"capability": None, "gpus": [], "matrix": {}, "legend": {}, "truncated": False,
+                                  "unparsed": []}
+    extra = parse_topo_p2p(" \tGPU0\tGPU1\n GPU0\tX\tOK\tOK\n GPU1\tOK\tX\n GPU7\tOK\n")
+    assert extra["matrix"] == {"GPU0": {"GPU0": "X", "GPU1": "OK"}, "GPU1": {"GPU0": "OK", "GPU1": "X"}}
+    assert extra["unparsed"] == [" GPU0\tX\tOK\tOK", " GPU7\tOK"] and extra["truncated"] is False
+    with pytest.raises(ValueError, match="capability 'x'"):
+        parse_topo_p2p("", "x")

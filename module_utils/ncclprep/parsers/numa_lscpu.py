@@ -1,15 +1,22 @@
-"""``numactl -H`` / ``numactl --hardware``: NUMA nodes, their CPUs, memory and distances.
+"""``numactl -H`` / ``numactl --hardware`` and plain ``lscpu``: NUMA nodes, their CPUs, memory and distances.
 
-Lines: ``available: N nodes (0-M)``, per node ``node I cpus: 0 1 2 ...``, ``node I size: S MB``,
+numactl lines: ``available: N nodes (0-M)``, per node ``node I cpus: 0 1 2 ...``, ``node I size: S MB``,
 ``node I free: F MB``, then ``node distances:``, a header row ``node 0 1`` and one
 ``I: d d`` row per node. numactl's "MB" is 2^20 bytes (it prints ``bytes >> 20``),
 so sizes are read as MiB. Distances are the ACPI SLIT values (10 = local).
+
+lscpu (util-linux) prints ``Key: value`` lines, the values aligned with spaces: older versions
+in one flat list (``NUMA node(s):          2``), newer ones (2.37 on) under section headers
+with an empty value (``NUMA:``, ``Caches (sum of all):``, ``Vulnerabilities:``) and the keys
+indented below them. Per NUMA node ``NUMA node0 CPU(s):     0-31,64-95`` (a kernel CPU list,
+empty for a node without CPUs). lscpu shows neither node memory nor distances.
 """
 
 from __future__ import annotations
 
 import re
 
+from ansible.module_utils.ncclprep.cpumask import parse_cpulist
 from ansible.module_utils.ncclprep.parsers import finding
 
 _AVAILABLE_RE = re.compile(r"^available:\s*(\d+) nodes?\b")
@@ -20,6 +27,14 @@ _DIST_ROW_RE = re.compile(r"^(\d+):((?:\s+\d+)+)\s*$")
 
 #: Memory sizes of nodes with CPUs may differ by this share before it is flagged.
 MEMORY_IMBALANCE = 0.10
+#: lscpu: a ``Key: value`` line (keys hold no ``@``/``$``/``#``, so a shell prompt is not one).
+_LSCPU_KEY_RE = re.compile(r"^([A-Za-z][\w .,()/+-]*?):\s*(.*)$")
+_LSCPU_NODE_RE = re.compile(r"^NUMA node(\d+) CPU\(s\)$")
+#: lscpu keys read as ints, and the result key each goes to.
+_LSCPU_INTS = {"CPU(s)": "cpu_count", "Thread(s) per core": "threads_per_core", "Core(s) per socket":
+               "cores_per_socket", "Socket(s)": "sockets", "NUMA node(s)": "available"}
+#: lscpu keys read as CPU lists.
+_LSCPU_LISTS = {"On-line CPU(s) list": "online", "Off-line CPU(s) list": "offline"}
 
 
 def parse_numactl_hardware(text: str) -> dict:
@@ -65,8 +80,57 @@ def parse_numactl_hardware(text: str) -> dict:
     return out
 
 
+def parse_lscpu(text: str) -> dict:
+    """Parse plain ``lscpu`` (old flat or new sectioned layout) into ``parse_numactl_hardware``'s shape.
+
+    Returns ``{"available": int | None (NUMA node(s)), "nodes": [{"node": int, "cpus": [int],
+    "size_mib": None, "free_mib": None}], "distances": None, "cpu_count": int | None (CPU(s)),
+    "online": [int] | None, "offline": [int] | None (the On-/Off-line CPU(s) lists), "sockets",
+    "cores_per_socket", "threads_per_core": int | None, "fields": {key: value}, "unparsed": [lines]}``;
+    lscpu prints ``Off-line CPU(s) list`` only when a CPU is offline (None otherwise). A key printed
+    more than once (one block per CPU type on hybrid Arm parts) is read from its first line.
+
+    Nodes come from the ``NUMA nodeI CPU(s)`` lines in the order printed; lscpu gives no memory or
+    distances, so those are None and ``diagnose_numa`` judges the CPU counts only. ``fields``
+    keeps every ``Key: value`` read, as printed (section headers with an empty value are understood
+    and not kept). A line that is not ``Key: value`` (a prompt), or whose value cannot be read (a
+    CPU list or a count cut short, ``32-63,96-1``), is unparsed and makes no node or count.
+    Never raises.
+    """
+    out: dict = {"available": None, "nodes": [], "distances": None, "cpu_count": None, "online": None,
+                 "offline": None, "sockets": None, "cores_per_socket": None, "threads_per_core": None,
+                 "fields": {}, "unparsed": []}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        m = _LSCPU_KEY_RE.match(stripped)
+        if not m:
+            out["unparsed"].append(line)
+            continue
+        key, value = m.group(1), m.group(2).strip()
+        node = _LSCPU_NODE_RE.match(key)
+        if not value and not node:
+            continue  # a section header ("NUMA:", "Caches (sum of all):")
+        try:
+            if node:
+                out["nodes"].append({"node": int(node.group(1)), "cpus": parse_cpulist(value), "size_mib": None,
+                                     "free_mib": None})
+            elif key in _LSCPU_LISTS and out[_LSCPU_LISTS[key]] is None:
+                out[_LSCPU_LISTS[key]] = parse_cpulist(value)
+            elif key in _LSCPU_INTS and out[_LSCPU_INTS[key]] is None:
+                if not value.isdigit():
+                    raise ValueError(value)
+                out[_LSCPU_INTS[key]] = int(value)
+        except ValueError:
+            out["unparsed"].append(line)
+            continue
+        out["fields"].setdefault(key, value)
+    return out
+
+
 def diagnose_numa(parsed: dict, host: str | None = None) -> list[dict]:
-    """Findings for ``parse_numactl_hardware`` output of one host.
+    """Findings for ``parse_numactl_hardware`` (or ``parse_lscpu``) output of one host.
 
     - WARN ``numa.cpu_imbalance`` when nodes that have CPUs have different CPU counts.
     - WARN ``numa.memory_imbalance`` when their memory sizes differ by more than MEMORY_IMBALANCE
