@@ -71,11 +71,14 @@ ansible_facts:
           description:
             - "What the node's own tools show, read through module_utils/ncclprep/hostinfo.py and the parsers:
               C(ib_ports) (ibstat, else ibstatus, else /sys/class/infiniband), C(ibv_devinfo), C(numactl)
-              (numactl -H), C(gpu_topology) (nvidia-smi topo -m), C(ip_links) (ip addr show, text form),
-              C(netplan) (/etc/netplan/*.yaml, judged against the RoCE netdevs)."
+              (numactl -H, else lscpu: same shape, node CPUs only), C(gpu_topology) (nvidia-smi topo -m; its
+              C(data.p2p) is C({source, error, data}) of nvidia-smi topo -p2p r, the P2P read matrix),
+              C(ip_links) (ip addr show, text form, else ifconfig -a: same link shape), C(netplan)
+              (/etc/netplan/*.yaml, judged against the RoCE netdevs), C(link) (ethtool and ethtool -i of the
+              data-plane interface; present only when a data-plane interface was found)."
             - "Each is null when the tool (or the files) is not on the node, else C({source, error, data,
               findings}): C(error) when the tool exited non-zero or ran past its deadline
-              (max(O(timeout), 10) s per command), C(data) the parser's dict, C(findings) its diagnosis."
+              (max(O(timeout), 10) s per command, at most 8 commands in a row), C(data) the parser's dict, C(findings) its diagnosis."
           type: dict
 """
 
@@ -287,7 +290,8 @@ def main() -> None:
         "rdma_gids": read_gids("/sys"),
         "dataset": read_dataset(p["dataset_path"], max(p["timeout"], 10.0)) if p["dataset_path"] else None,
         # read-only tools that may be absent (None then); each command under its own deadline
-        "hostinfo": collect_hostinfo(subprocess_runner, module.get_bin_path, max(p["timeout"], 10.0), me),
+        "hostinfo": collect_hostinfo(subprocess_runner, module.get_bin_path, max(p["timeout"], 10.0), me,
+                                     interface=data_plane["interface"] if data_plane else None),
     }
     # Ansible replaces a top-level fact wholesale: keep what concern_facts read before.
     module.exit_json(changed=False, ansible_facts={"ncclprep": dict(p["into"] or {}, **facts)})
