@@ -78,7 +78,8 @@ ansible_facts:
               data-plane interface; present only when a data-plane interface was found)."
             - "Each is null when the tool (or the files) is not on the node, else C({source, error, data,
               findings}): C(error) when the tool exited non-zero or ran past its deadline
-              (max(O(timeout), 10) s per command, at most 8 commands in a row), C(data) the parser's dict, C(findings) its diagnosis."
+              (max(O(timeout), 10) s per command, at most 8 commands in a row), C(data) the parser's dict,
+              C(findings) its diagnosis."
           type: dict
 """
 
