@@ -27,6 +27,10 @@ import ncclprep
 REPO = ncclprep.REPO_ROOT
 BIN = os.path.dirname(sys.executable)
 NODES = ["node1", "node2", "node3"]
+# A training dataset of two shards on every node (check dataset.path).
+DATASET = "/srv/ncclprep-dataset"
+DATASET_MAKE = (f"mkdir -p {DATASET} && head -c 4096 /dev/zero > {DATASET}/shard-0 && "
+                f"cp {DATASET}/shard-0 {DATASET}/shard-1")
 
 pytestmark = [
     pytest.mark.integration,
@@ -99,8 +103,10 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     assert set(NODES) <= set(counters)
     assert {h: counters[h]["changed"] for h in NODES} == {h: 0 for h in NODES}
 
+    for node in NODES:  # a training dataset on every node (check dataset.path)
+        assert run(["podman", "exec", f"ncclprep-{node}", "sh", "-c", DATASET_MAKE], timeout=60).returncode == 0
     reports = str(tmp_path_factory.mktemp("reports"))
-    val = playbook("validate", reports)
+    val = playbook("validate", reports, extra=("-e", f"preflight_dataset_path={DATASET}"))
     assert val.returncode == 0
     data = load(reports)
     assert data["status"] == "PASS" and data["hosts"] == NODES
@@ -125,8 +131,12 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
         assert os.path.exists(os.path.join(reports, "latest", "hosts", f"{host}.json"))
     # the network between the nodes: every direction measured, matrices in the report
     for cid in ("net.run", "net.latency", "net.bandwidth", "net.path_mtu", "net.ports", "drift.files",
-                "versions.kernel", "versions.python"):
+                "versions.kernel", "versions.python", "dataset.path", "links.counters"):
         assert statuses[cid] == "PASS", by[cid]
+    assert by["dataset.path"]["measured"] == dict.fromkeys(NODES, 2)
+    # eth0's carrier and error counters on every node, read when the run started and when it ended
+    assert by["links.counters"]["measured"] == {"ports": len(NODES)}
+    assert statuses["links.rdma"] == "SKIP"
     # the files of nccl_env, sysctl_tuning and ssh_trust on every node, as site.yml wrote them
     assert by["drift.files"]["measured"] == 5 * len(NODES)
     directions = {(a, b) for a in NODES for b in NODES if a != b}
@@ -292,6 +302,25 @@ def test_fault_on_node2_turns_exactly_its_check_bad(cluster, tmp_path_factory, i
         assert bad[cid]["hosts"] == hosts and detail in bad[cid]["message"], bad[cid]
     finally:
         run(["podman", "exec", "ncclprep-node2", "sh", "-c", undo], timeout=60)
+
+
+def test_dataset_missing_on_node2_is_named(cluster, tmp_path_factory):
+    """The dataset folder unmounted on node2 (moved away): dataset.path names node2 alone."""
+    for node in NODES:
+        assert run(["podman", "exec", f"ncclprep-{node}", "sh", "-c", DATASET_MAKE], timeout=60).returncode == 0
+    assert run(["podman", "exec", "ncclprep-node2", "mv", DATASET, DATASET + ".off"], timeout=60).returncode == 0
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val = playbook("validate", reports, timeout=600,
+                       extra=("-e", f"preflight_dataset_path={DATASET}", "-e", "preflight_net_enabled=false",
+                              "-e", "preflight_probe_enabled=false", "-e", "preflight_smoke_enabled=false"))
+        assert val.returncode != 0
+        bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
+        assert list(bad) == ["dataset.path"], bad
+        assert bad["dataset.path"]["hosts"] == ["node2"]
+        assert bad["dataset.path"]["measured"] == {"node2": "does not exist"}
+    finally:
+        run(["podman", "exec", "ncclprep-node2", "mv", DATASET + ".off", DATASET], timeout=60)
 
 
 def test_node3_paused_mid_probe_is_named_within_the_deadline(cluster, tmp_path_factory):
