@@ -31,6 +31,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Hashable, Iterable, Mapping
 
+from ansible.module_utils.ncclprep.schedule import ring_rounds
+
 #: Iglewicz and Hoaglin's constant: 0.6745 = the 0.75 quantile of the standard normal,
 #: which makes MAD / 0.6745 estimate the standard deviation of normal data.
 MAD_SCALE = 0.6745
@@ -150,3 +152,141 @@ def classify(tested: Iterable[tuple[str, str]], bad: Iterable[tuple[str, str]]) 
     links = sorted(p for p in bad_pairs if not set(p) & set(nodes))
     suspects = sorted({n for p in links for n in p if len(partners[n]) < 2})
     return {"nodes": nodes, "links": links, "suspects": suspects}
+
+
+# ---------------------------------------------------------------- the collective's blame
+
+#: Outcomes of one group's run in the collective blame.
+BAD_OUTCOMES = ("FAIL", "HANG", "SLOW")
+
+
+def _outcomes(groups: list[Mapping], z: float, ratio: float, floor: float | None) -> list[str]:
+    """Each group's outcome: its status when FAIL or HANG, else SLOW when its busbw is slow
+    against the other groups of the same kind (``slow_outliers``) or below ``floor``, else PASS."""
+    rates = {i: g["busbw_gbps"] for i, g in enumerate(groups)
+             if g.get("status") not in ("FAIL", "HANG") and g.get("busbw_gbps") is not None}
+    slow = slow_outliers(rates, z=z, ratio=ratio, floor=floor) if rates else {}
+    return [g.get("status") if g.get("status") in ("FAIL", "HANG") else ("SLOW" if i in slow else "PASS")
+            for i, g in enumerate(groups)]
+
+
+def _halves(group: list) -> list[list]:
+    mid = len(group) // 2
+    return [list(group[:mid]), list(group[mid:])]
+
+
+def collective_plan(hosts: list[str], history: list[Mapping], z: float = -3.5, ratio: float = 0.5,
+                    floor: float | None = None) -> dict:
+    """The next round of the collective blame, or its verdict, after a collective on all of
+    ``hosts`` failed, hung or was slow.
+
+    (1) Pairs: the ring neighbour pairs (``schedule.ring_rounds``), one round of disjoint
+    pairs at a time, so every node is in two pairings (one for 2 nodes); then ``classify``:
+    a node bad in both of its pairings is the node, a pair bad alone is the link. (2) When
+    every pair passes, bisect: halves of the group run at once, a bad half of more than 3
+    nodes is halved again, down to groups of 2-3 nodes.
+    ``history``: the rounds run so far, each ``{"stage": "pairs" | "bisect", "groups":
+    [{"hosts": [...], "status": "PASS" | "FAIL" | "HANG", "busbw_gbps": float | None}]}``
+    (busbw in GB/s at the largest size; slow is judged among the groups of one stage by
+    ``slow_outliers`` with ``z``, ``ratio`` and ``floor``).
+    Returns ``{"stage": "pairs" | "bisect", "groups": [[host, ...], ...]}`` to run next, or
+    ``{"stage": "done", "nodes": [...], "links": [[a, b], ...], "groups": [[...]] (bad
+    groups of 2-3 nodes bisect ended on), "suspects": [...], "outcomes": [{"stage",
+    "hosts", "outcome", "busbw_gbps"}], "message": str}``. Raises ValueError for fewer
+    than 2 hosts.
+    """
+    if len(hosts) < 2:
+        raise ValueError(f"collective blame needs 2 hosts or more, got {list(hosts)}")
+    rounds = [[[hosts[a], hosts[b]] for a, b in r] for r in ring_rounds(len(hosts))]
+    pairs = [g for h in history if h["stage"] == "pairs" for g in h["groups"]]
+    n_pair_rounds = sum(1 for h in history if h["stage"] == "pairs")
+    if n_pair_rounds < len(rounds):
+        return {"stage": "pairs", "groups": rounds[n_pair_rounds]}
+    pair_outcome = _outcomes(pairs, z, ratio, floor)
+    outcomes = [{"stage": "pairs", "hosts": list(g["hosts"]), "outcome": o, "busbw_gbps": g.get("busbw_gbps")}
+                for g, o in zip(pairs, pair_outcome, strict=True)]
+    bad_pairs = [tuple(g["hosts"]) for g, o in zip(pairs, pair_outcome, strict=True) if o in BAD_OUTCOMES]
+    done = {"stage": "done", "nodes": [], "links": [], "groups": [], "suspects": [], "outcomes": outcomes}
+    if bad_pairs:
+        found = classify([tuple(g["hosts"]) for g in pairs], bad_pairs)
+        words = ([f"{', '.join(found['nodes'])} bad in every pairing"] if found["nodes"] else []) + \
+                [f"{a} <-> {b} bad in its pairing only" for a, b in found["links"]]
+        return dict(done, nodes=found["nodes"], links=[list(p) for p in found["links"]], suspects=found["suspects"],
+                    message="pairs: " + "; ".join(words))
+    # every pair passes: bisect the whole group
+    bisects = [h for h in history if h["stage"] == "bisect"]
+    if len(hosts) <= 3:
+        return dict(done, message=f"every pair passes; only the group of {len(hosts)} fails")
+    final: list[list] = []
+    current = [list(hosts)]
+    for h in bisects:
+        outs = _outcomes(h["groups"], z, ratio, floor)
+        outcomes += [{"stage": "bisect", "hosts": list(g["hosts"]), "outcome": o, "busbw_gbps": g.get("busbw_gbps")}
+                     for g, o in zip(h["groups"], outs, strict=True)]
+        kids = [(list(g["hosts"]), o) for g, o in zip(h["groups"], outs, strict=True)]
+        nxt: list[list] = []
+        for i, parent in enumerate(current):  # the halves of parent i are groups 2i and 2i + 1
+            bad = [g for g, o in kids[2 * i:2 * i + 2] if o in BAD_OUTCOMES]
+            if not bad:  # both halves pass where the parent failed: the parent is the smallest failing group
+                final.append(parent)
+            final += [g for g in bad if len(g) <= 3]
+            nxt += [g for g in bad if len(g) > 3]
+        current = nxt
+    if current:
+        return {"stage": "bisect", "groups": [half for g in current for half in _halves(g)]}
+    return dict(done, groups=final, outcomes=outcomes,
+                message="bisect: smallest failing groups " + "; ".join(", ".join(g) for g in final))
+
+
+def collective_trigger(probes: Mapping[str, Mapping | None], floor: float | None = None) -> dict:
+    """Whether the collective blame should run after the probe on all hosts, and on which ops.
+
+    ``probes``: host -> nccl_probe ``probe`` result (None where it did not run). Runs when a
+    probe FAILed (an error or wrong elements), HANGed with every rank present (an op that
+    never completed; a rank that never arrived is already named, and pairing it would only
+    hang again), or when an op's busbw at the largest size is below ``floor`` (GB/s; None:
+    no floor). Returns ``{"run": bool, "ops": [ops to pair: those that went wrong, else
+    all_reduce], "reason": str}``.
+    """
+    reasons: list[str] = []
+    ops: set[str] = set()
+    largest: dict[str, dict] = {}
+    for host, probe in sorted(probes.items()):
+        if not probe:
+            continue
+        status = probe.get("status")
+        if status == "FAIL" or (status == "HANG" and not probe.get("missing_hosts")):
+            reasons.append(f"{host}: {status} ({probe.get('error') or probe.get('stage')})")
+        for row in probe.get("results") or []:
+            if "skipped" in row:
+                continue
+            if row.get("wrong"):
+                ops.add(row["op"])
+            cur = largest.get(row["op"])
+            if cur is None or row["size_bytes"] > cur["size_bytes"] or \
+                    (row["size_bytes"] == cur["size_bytes"] and row["busbw_gbps"] < cur["busbw_gbps"]):
+                largest[row["op"]] = row
+    if floor is not None:
+        for op, row in sorted(largest.items()):
+            if row["busbw_gbps"] < floor:
+                ops.add(op)
+                reasons.append(f"{op} busbw {row['busbw_gbps']:.3g} GB/s below {floor:g}")
+    return {"run": bool(reasons), "ops": sorted(ops) or ["all_reduce"], "reason": "; ".join(reasons)}
+
+
+def blame_round(plan: Mapping, probes: Mapping[str, Mapping | None]) -> dict:
+    """One history entry of ``collective_plan`` from the round's probe results.
+
+    ``plan``: the round that ran (``{"stage", "groups"}``); ``probes``: host -> that round's
+    nccl_probe ``probe`` (the first host of each group is read; None: it did not report,
+    HANG). busbw is the lowest over the round's ops at its largest size (GB/s)."""
+    groups = []
+    for g in plan["groups"]:
+        probe = probes.get(g[0]) or {}
+        status = probe.get("status") or "HANG"
+        rows = [r for r in probe.get("results") or [] if "busbw_gbps" in r]
+        top = max((r["size_bytes"] for r in rows), default=None)
+        busbw = min((r["busbw_gbps"] for r in rows if r["size_bytes"] == top), default=None)
+        groups.append({"hosts": list(g), "status": "FAIL" if status not in ("PASS", "HANG") else status,
+                       "busbw_gbps": busbw})
+    return {"stage": plan["stage"], "groups": groups}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from ansible.module_utils.ncclprep.blame import (
+    blame_round,
     classify,
+    collective_plan,
+    collective_trigger,
     modified_z,
     slow_bandwidth,
     slow_outliers,
@@ -91,3 +94,101 @@ def test_slowest_per_direction_keeps_the_worse_of_two_phases():
             {"src": "b", "dst": "a", "bandwidth_gbps": 1.4}, {"src": "b", "dst": "c", "bandwidth_gbps": None}]
     assert slowest_per_direction(rows) == {("a", "b"): 0.02, ("b", "a"): 1.4}
     assert slowest_per_direction([]) == {}
+
+
+# ---- the collective's blame: pairs, then bisect, as validate.yml drives it round by round
+
+def drive(hosts, outcome, **kw):
+    """Run collective_plan to its verdict; ``outcome(group) -> (status, busbw)`` plays the
+    cluster. Returns (verdict, the rounds run)."""
+    history = []
+    for _ in range(40):
+        plan = collective_plan(hosts, history, **kw)
+        if plan["stage"] == "done":
+            return plan, history
+        groups = [dict(zip(("status", "busbw_gbps"), outcome(g), strict=True), hosts=g) for g in plan["groups"]]
+        for g in plan["groups"]:  # the groups of one round are disjoint
+            assert not set(g) & {h for o in plan["groups"] if o is not g for h in o}
+        history.append({"stage": plan["stage"], "groups": groups})
+    raise AssertionError("no verdict in 40 rounds")
+
+
+def test_throttled_node_is_named_from_its_two_slow_pairings():
+    hosts = ["node1", "node2", "node3"]
+    verdict, history = drive(hosts, lambda g: ("PASS", 0.0186 if "node2" in g else 0.452))
+    assert [h["stage"] for h in history] == ["pairs", "pairs", "pairs"]
+    assert verdict["nodes"] == ["node2"] and verdict["links"] == []
+    assert "node2 bad in every pairing" in verdict["message"]
+    assert sorted(o["outcome"] for o in verdict["outcomes"]) == ["PASS", "SLOW", "SLOW"]
+
+
+def test_a_bad_link_fails_one_pairing_only():
+    hosts = [f"n{i}" for i in range(6)]
+    verdict, _ = drive(hosts, lambda g: ("HANG", None) if set(g) == {"n2", "n3"} else ("PASS", 1.0))
+    assert verdict["nodes"] == [] and verdict["links"] == [["n2", "n3"]]
+
+
+def test_when_every_pair_passes_bisect_narrows_to_the_failing_small_group():
+    hosts = [f"n{i:02d}" for i in range(16)]
+    # fails whenever n05 and n06 are in one group of 2 nodes or more... but pairs of them pass:
+    # the fault needs three of n04-n06 at once (a switch port limit, say)
+    bad = {"n04", "n05", "n06"}
+    verdict, history = drive(hosts, lambda g: ("FAIL", None) if len(bad & set(g)) >= 2 and len(g) > 2
+                             else ("PASS", 1.0))
+    assert {h["stage"] for h in history} == {"pairs", "bisect"}
+    assert verdict["nodes"] == [] and verdict["links"] == []
+    assert verdict["groups"] == [["n04", "n05", "n06", "n07"]]
+    assert "smallest failing groups n04, n05, n06, n07" in verdict["message"]
+
+
+def test_small_group_without_a_bad_pair_says_so_and_one_host_is_refused():
+    verdict, _ = drive(["a", "b", "c"], lambda g: ("PASS", 1.0))
+    assert verdict["message"] == "every pair passes; only the group of 3 fails"
+    with pytest.raises(ValueError, match="2 hosts or more"):
+        collective_plan(["a"], [])
+
+
+def probe(status="PASS", busbw=0.45, wrong=0, missing=(), error=None):
+    return {"status": status, "missing_hosts": list(missing), "error": error, "stage": "done",
+            "results": [{"op": "all_reduce", "size_bytes": 4096, "busbw_gbps": 9.9, "wrong": 0},
+                        {"op": "all_reduce", "size_bytes": 16777216, "busbw_gbps": busbw, "wrong": wrong},
+                        {"op": "broadcast", "skipped": "no"}]}
+
+
+def test_trigger_runs_on_a_failure_a_hang_with_everyone_present_or_below_the_floor_only():
+    healthy = {h: probe() for h in ("n1", "n2", "n3")}
+    assert collective_trigger(healthy, floor=0.1) == {"run": False, "ops": ["all_reduce"], "reason": ""}
+    slow = dict(healthy, n2=probe(busbw=0.0186))
+    got = collective_trigger(slow, floor=0.1)
+    assert got["run"] and got["ops"] == ["all_reduce"] and got["reason"] == "all_reduce busbw 0.0186 GB/s below 0.1"
+    assert not collective_trigger(slow)["run"]  # no floor: the slow one is net.bandwidth's to name
+    wrong = dict(healthy, n3=probe(status="FAIL", wrong=12))
+    assert collective_trigger(wrong)["run"] and collective_trigger(wrong)["ops"] == ["all_reduce"]
+    missing = {h: probe(status="HANG", missing=["n3"]) for h in ("n1", "n2")}
+    assert not collective_trigger(missing)["run"]
+    stuck = {h: probe(status="HANG", error="no progress past 'all_reduce 16777216 B'") for h in ("n1", "n2")}
+    assert collective_trigger(stuck)["run"]
+
+
+def test_blame_round_reads_each_groups_first_host():
+    plan = {"stage": "pairs", "groups": [["n1", "n2"], ["n3", "n4"]]}
+    got = blame_round(plan, {"n1": probe(busbw=0.02), "n3": None})
+    assert got == {"stage": "pairs", "groups": [{"hosts": ["n1", "n2"], "status": "PASS", "busbw_gbps": 0.02},
+                                                {"hosts": ["n3", "n4"], "status": "HANG", "busbw_gbps": None}]}
+
+
+def test_check_blame_names_the_node_the_pairs_found():
+    from ansible.module_utils.ncclprep.checks.collectives import check_blame
+    from ansible.module_utils.ncclprep.checks.model import Context
+
+    hosts = ["node1", "node2", "node3"]
+    verdict, history = drive(hosts, lambda g: ("PASS", 0.0186 if "node2" in g else 0.452))
+    blame = {"trigger": {"run": True, "reason": "all_reduce busbw 0.0186 GB/s below 0.1"}, "verdict": verdict,
+             "rounds": history}
+    (c,) = check_blame({h: {"blame": blame} for h in hosts}, Context(all_hosts=tuple(hosts)))
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"] and c["measured"]["rounds"] == 3
+    assert c["message"] == "pairs: node2 bad in every pairing (after all_reduce busbw 0.0186 GB/s below 0.1)"
+    assert check_blame({h: {"blame": None} for h in hosts}, Context(all_hosts=tuple(hosts))) == []
+    unfinished = dict(blame, verdict={"stage": "pairs", "groups": [["node1", "node2"]]})
+    (w,) = check_blame({"node1": {"blame": unfinished}}, Context(all_hosts=("node1",)))
+    assert w["status"] == "WARN" and "ran out of rounds" in w["message"]

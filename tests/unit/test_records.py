@@ -95,14 +95,15 @@ def test_record_keys_intent_by_concern_and_reads_the_registered_results():
     assert rec["probe"] == {"status": "PASS"} and rec["smoke"] is None
     assert rec["net"] == {"status": "PASS", "links": []} and rec["drift"] == []
     assert rec["counters"] == {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}
-    assert set(RESULT_VARS) == {"ssh", "counters", "drift", "net", "probe", "smoke"}
+    assert rec["blame"] is None
+    assert set(RESULT_VARS) == {"ssh", "counters", "drift", "net", "probe", "blame", "smoke"}
 
 
 def test_host_without_anything_is_a_full_record_of_nones():
     rec = build_record({}, False, CONCERNS)
     assert_is_host_record("n2", rec)
     assert rec == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None,
-                   "counters": None, "drift": None, "net": None, "probe": None, "smoke": None}
+                   "counters": None, "drift": None, "net": None, "probe": None, "blame": None, "smoke": None}
 
 
 def test_filter_covers_every_host_and_marks_the_dropped_ones():
@@ -184,7 +185,8 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
              "__preflight_net": {"changed": False, "net": NET},
              "__preflight_probe": {"changed": True, "probe": PROBE},
              "__preflight_smoke": {"changed": False, "skipped": True},
-          "__preflight_counters": {"changed": False, "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}},
+             "__preflight_counters": {"changed": False,
+                                      "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}},
         {"name": "Drop fake2 from the play", "when": "inventory_hostname == 'fake2'",
          "ansible.builtin.fail": {"msg": "fake2 is gone"}},
     ]
@@ -213,7 +215,7 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     assert one["ssh"] == [] and one["probe"] == PROBE and one["smoke"] is None and one["net"] == NET
     assert two == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None, "counters": None,
                    "drift": None,
-                   "net": None, "probe": None, "smoke": None}
+                   "net": None, "probe": None, "blame": None, "smoke": None}
 
     (run_dir,) = [p for p in glob.glob(str(reports / "*")) if not os.path.islink(p)]
     cluster_json = os.path.join(run_dir, "cluster.json")

@@ -11,6 +11,7 @@ The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the c
      "net": dict | None,         # net_probe result (directions this host sent)
      "drift": list | None,       # managed_files rows (files site.yml manages, compared)
      "probe": dict | None,       # nccl_probe result
+     "blame": dict | None,       # the collective blame (pairs, bisect) after bad collectives
      "smoke": dict | None}       # torchrun_smoke result
 
 The check model. A check (``Check``) is ``{id, status, hosts, measured, expected, message,
@@ -36,7 +37,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ansible.module_utils.ncclprep.checks.collectives import check_collectives, check_transport, summarize_collectives
+from ansible.module_utils.ncclprep.checks.collectives import (
+    check_blame,
+    check_collectives,
+    check_transport,
+    summarize_collectives,
+)
 from ansible.module_utils.ncclprep.checks.data_plane import check_interface
 from ansible.module_utils.ncclprep.checks.dataset import check_dataset
 from ansible.module_utils.ncclprep.checks.drift import check_drift
@@ -108,6 +114,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("network", check_network, with_facts_only=False),
     Entry("collectives", check_collectives, with_facts_only=False),
     Entry("collectives", check_transport, with_facts_only=False),
+    Entry("collectives", check_blame, with_facts_only=False),
     Entry("smoke", check_smoke, with_facts_only=False),
 )
 

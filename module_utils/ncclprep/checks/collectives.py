@@ -165,3 +165,35 @@ def check_transport(records: dict[str, HostRecord], ctx: Context) -> list[Check]
                            f"{first.get('gdr')}; between hosts {', '.join(first['transports']['inter_host']) or '-'})",
                     passed_measured={"nccl_version": common, "network": first.get("network"), "gdr": first.get("gdr"),
                                      "transports": first.get("transports")})]
+
+
+def check_blame(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """collective.blame, only when the blame ran (record ``blame``, module_utils/ncclprep/blame.py):
+    FAIL naming the nodes bad in every pairing, the links bad in their pairing only (``a <-> b``)
+    or, when every pair passed, the smallest failing groups of the bisection (measured: each
+    group's outcome and busbw in GB/s); WARN when the rounds ran out before a verdict or the
+    blame found no pair or group at fault (it fails only at full size). No check otherwise."""
+    blame = next((r.get("blame") for r in records.values() if (r or {}).get("blame")), None)
+    if not blame:
+        return []
+    verdict = blame.get("verdict") or {}
+    why = (blame.get("trigger") or {}).get("reason") or "the collectives went wrong"
+    measured = {"rounds": len(blame.get("rounds") or []), "outcomes": verdict.get("outcomes")}
+    if verdict.get("stage") != "done":
+        return [make_check("collective.blame", "WARN", measured=measured, expected="a verdict",
+                           message=f"the blame ran out of rounds before a verdict ({why})",
+                           remediation="run validate.yml on fewer nodes (--limit) to narrow it down")]
+    names = list(verdict.get("nodes") or []) + [f"{a} <-> {b}" for a, b in verdict.get("links") or []]
+    groups = [", ".join(g) for g in verdict.get("groups") or []]
+    if not names and not groups:
+        return [make_check("collective.blame", "WARN", measured=measured, expected="a node, link or group at fault",
+                           message=f"{verdict.get('message')} ({why})",
+                           remediation="a fault of scale, not of one node: check the switch fabric and NCCL's "
+                                       "settings for the full job size")]
+    return [make_check("collective.blame", "FAIL", names or [h for g in verdict["groups"] for h in g],
+                       measured=dict(measured, groups=verdict.get("groups")),
+                       expected="every pairing passes",
+                       message=f"{verdict.get('message')} (after {why})",
+                       remediation="a node: its NIC, link and NCCL settings (see net.* for the same node); a "
+                                   "link: the cable or switch port between the two; a group: bisect further "
+                                   "by hand with --limit")]

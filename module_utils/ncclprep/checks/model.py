@@ -61,6 +61,9 @@ class HostRecord(TypedDict):
     - ``net``: the net_probe module's ``net`` result (the directions this host measured as
       the sender), or None when it did not run.
     - ``probe``: the nccl_probe module's ``probe`` result, or None when it did not run.
+    - ``blame``: the collective blame run after bad collectives (the same on every host):
+      ``{trigger: blame.collective_trigger, verdict: blame.collective_plan's last plan,
+      rounds: its history}``, or None when the collectives needed none.
     - ``smoke``: the torchrun_smoke module's ``smoke`` result, or None when it did not run.
 
     Checks also accept partial records (absent keys read as None; absent ``alive`` as True).
@@ -74,6 +77,7 @@ class HostRecord(TypedDict):
     drift: list | None
     net: dict | None
     probe: dict | None
+    blame: dict | None
     smoke: dict | None
 
 
@@ -84,6 +88,7 @@ RESULT_VARS = {
     "drift": ("__preflight_drift", "files"),
     "net": ("__preflight_net", "net"),
     "probe": ("__preflight_probe", "probe"),
+    "blame": ("__preflight_blame", "blame"),
     "smoke": ("__preflight_smoke", "smoke"),
 }
 
@@ -129,7 +134,7 @@ def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterab
     results = {key: ((hostvars.get(var) or {}).get(field)) for key, (var, field) in RESULT_VARS.items()}
     return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"],
                       counters=results["counters"], drift=results["drift"], net=results["net"],
-                      probe=results["probe"], smoke=results["smoke"])
+                      probe=results["probe"], blame=results["blame"], smoke=results["smoke"])
 
 
 def make_check(cid: str, status: str, hosts: Iterable[str] = (), measured: Any = None, expected: Any = None,
