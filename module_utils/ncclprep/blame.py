@@ -245,8 +245,8 @@ def collective_trigger(probes: Mapping[str, Mapping | None], floor: float | None
     probe FAILed (an error or wrong elements), HANGed with every rank present (an op that
     never completed; a rank that never arrived is already named, and pairing it would only
     hang again), or when an op's busbw at the largest size is below ``floor`` (GB/s; None:
-    no floor). Returns ``{"run": bool, "ops": [ops to pair: those that went wrong, else
-    all_reduce], "reason": str}``.
+    no floor). Returns ``{"run": bool, "ops": [the one op the rounds run: all_reduce when it
+    went wrong or nothing op-specific did, else the first op that did], "reason": str}``.
     """
     reasons: list[str] = []
     ops: set[str] = set()
@@ -271,7 +271,9 @@ def collective_trigger(probes: Mapping[str, Mapping | None], floor: float | None
             if row["busbw_gbps"] < floor:
                 ops.add(op)
                 reasons.append(f"{op} busbw {row['busbw_gbps']:.3g} GB/s below {floor:g}")
-    return {"run": bool(reasons), "ops": sorted(ops) or ["all_reduce"], "reason": "; ".join(reasons)}
+    # one op is enough to tell the node or link apart (each round then costs one op at the largest size)
+    op = "all_reduce" if "all_reduce" in ops or not ops else sorted(ops)[0]
+    return {"run": bool(reasons), "ops": [op], "reason": "; ".join(reasons)}
 
 
 def blame_round(plan: Mapping, probes: Mapping[str, Mapping | None]) -> dict:

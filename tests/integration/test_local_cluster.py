@@ -323,6 +323,25 @@ def test_dataset_missing_on_node2_is_named(cluster, tmp_path_factory):
         run(["podman", "exec", "ncclprep-node2", "mv", DATASET + ".off", DATASET], timeout=60)
 
 
+def test_collectives_below_the_floor_are_blamed_on_the_throttled_node(cluster, tmp_path_factory):
+    """node2's link under tbf and a busbw floor the healthy pairs clear: the collectives fail,
+    the blame's ring-neighbour pairs find node2 slow in both of its pairings and name it."""
+    assert run(["podman", "exec", "ncclprep-node2", "sh", "-c", FAULTS[0].values[0]], timeout=60).returncode == 0
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val = playbook("validate", reports, timeout=900,
+                       extra=("-e", "preflight_min_busbw_gbps=0.1", "-e", "preflight_smoke_enabled=false"))
+        assert val.returncode != 0
+        bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
+        assert bad["collective.blame"]["hosts"] == ["node2"], bad["collective.blame"]
+        assert "node2 bad in every pairing" in bad["collective.blame"]["message"]
+        assert bad["collective.blame"]["measured"]["rounds"] == 3
+        assert bad["net.bandwidth"]["hosts"] == ["node2"]
+        assert {c for c in bad if not c.startswith("collective.")} == {"net.bandwidth"}, bad
+    finally:
+        run(["podman", "exec", "ncclprep-node2", "sh", "-c", FAULTS[0].values[1]], timeout=60)
+
+
 def test_node3_paused_mid_probe_is_named_within_the_deadline(cluster, tmp_path_factory):
     """node3 frozen (podman pause) once its network probe listens: the run ends by its deadlines
     and every bad check names node3 alone."""

@@ -192,3 +192,12 @@ def test_check_blame_names_the_node_the_pairs_found():
     unfinished = dict(blame, verdict={"stage": "pairs", "groups": [["node1", "node2"]]})
     (w,) = check_blame({"node1": {"blame": unfinished}}, Context(all_hosts=("node1",)))
     assert w["status"] == "WARN" and "ran out of rounds" in w["message"]
+
+
+def test_trigger_pairs_one_op_all_reduce_first():
+    rows = [{"op": "all_gather", "size_bytes": 16, "busbw_gbps": 0.01, "wrong": 3},
+            {"op": "broadcast", "size_bytes": 16, "busbw_gbps": 0.01, "wrong": 0}]
+    got = collective_trigger({"n1": {"status": "FAIL", "results": rows}}, floor=0.1)
+    assert got["ops"] == ["all_gather"] and "broadcast busbw 0.01 GB/s below 0.1" in got["reason"]
+    rows.append({"op": "all_reduce", "size_bytes": 16, "busbw_gbps": 0.01, "wrong": 0})
+    assert collective_trigger({"n1": {"status": "FAIL", "results": rows}}, floor=0.1)["ops"] == ["all_reduce"]
