@@ -22,6 +22,7 @@ import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
+from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
 from ansible.module_utils.ncclprep.firewall import check_firewall, ruleset  # noqa: E402
 from ansible.module_utils.ncclprep.nccl_vars import check_env  # noqa: E402
 from ansible.module_utils.ncclprep.numa import irqs_off, numa_intent  # noqa: E402
@@ -230,6 +231,19 @@ def ssh_targets(members: dict, me: str, alive: list, limit=None, seed: str = "")
     return out
 
 
+def managed(entries: list | None, kind: str | None = None, concern: str | None = None) -> list[dict]:
+    """drift.managed_entries: a ``<role>_managed_files`` list's entries that apply on this host.
+
+    ``kind`` given (file, copy, block, lines): the entries of that kind the role writes with its
+    own task, for its loop; none: every entry, for validate.yml's drift check (``concern`` stamps
+    the rows). A bad entry becomes an AnsibleFilterError naming it and what would be valid.
+    """
+    try:
+        return managed_entries(entries, kind, concern)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{concern or 'managed_files'}: {exc}") from None
+
+
 class FilterModule:
     """ncclprep filters."""
 
@@ -249,4 +263,5 @@ class FilterModule:
             "ncclprep_firewall_rules": firewall_rules,
             "ncclprep_firewall_errors": firewall_errors,
             "ncclprep_cidr_errors": cidr_errors,
+            "ncclprep_managed": managed,
         }

@@ -26,6 +26,17 @@ options:
   map_file: {type: path, description: numa_pinning's installed binding map to read.}
   backend: {type: str, default: auto, description: "firewall: firewall_backend (auto, ufw, nftables)."}
   user: {type: str, default: root, description: "ssh_trust: the account whose home holds the cluster key."}
+  host_key_types:
+    type: list
+    elements: str
+    default: []
+    description: "ssh_trust: host key types whose /etc/ssh/ssh_host_<type>_key.pub is read (host_keys)."
+  persist:
+    type: str
+    default: auto
+    choices: [auto, netplan, ifupdown, networkmanager, none]
+    description: "nic_mtu: nic_mtu_persist, the managers asked which one defines the interface (persist.manager)."
+  netplan_file: {type: path, description: "nic_mtu: nic_mtu's own netplan drop-in, not counted as a definition."}
   timeout: {type: float, default: 10.0, description: Deadline in seconds for each command.}
 author: ncclprep contributors
 """
@@ -62,6 +73,9 @@ def main() -> None:
             map_file=dict(type="path"),
             backend=dict(type="str", default="auto"),
             user=dict(type="str", default="root"),
+            host_key_types=dict(type="list", elements="str", default=[]),
+            persist=dict(type="str", default="auto", choices=list(readers.PERSIST)),
+            netplan_file=dict(type="path"),
             timeout=dict(type="float", default=10.0),
         ),
         supports_check_mode=True,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 from collections.abc import Callable
 
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
@@ -58,15 +59,93 @@ def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: st
     return out
 
 
-def nic_mtu(run: Runner, interface: str | None, timeout: float = 10.0, sysfs: str = "/sys") -> dict:
-    """``{interface, mtu, min_mtu, max_mtu (bytes), roce (an RDMA device backs it), error}``
-    from ``ip -j -d link show dev <interface>``; the MTU before any change. error names
-    what could not be read (no such interface); the numbers are then None.
+PERSIST = ("auto", "netplan", "ifupdown", "networkmanager", "none")
+NETPLAN_DIR = "/etc/netplan"
+IFUPDOWN_FILES = ("/etc/network/interfaces", "/etc/network/interfaces.d")
+
+
+def _files_with_line(paths, pattern: re.Pattern, root: str = "") -> list[str]:
+    """The files among ``paths`` (files, or folders searched recursively as ``grep -r`` does:
+    symbolic links below a folder are not followed) with a line matching ``pattern``, as paths
+    on the node (without ``root``), sorted. Unreadable files and absent paths are left out."""
+    out = []
+    for top in paths:
+        here = root + top
+        if os.path.isdir(here):
+            found = []
+            for folder, dirs, files in os.walk(here):
+                dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+                found += [os.path.join(folder, f) for f in files if not os.path.islink(os.path.join(folder, f))]
+        elif os.path.isfile(here):
+            found = [here]
+        else:
+            continue
+        for path in sorted(found):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    if any(pattern.search(line.rstrip("\r\n")) for line in fh):
+                        out.append(path[len(root):])
+            except OSError:
+                continue
+    return out
+
+
+def persist_manager(persist: str, netplan: list, ifupdown: list, nm_connection: str) -> str:
+    """Which manager configures the interface at boot, so where nic_mtu persists the MTU: the first
+    of netplan, ifupdown, networkmanager that defines it (only those ``persist`` allows were asked,
+    so their lists are empty otherwise), else ``none``. ``netplan``/``ifupdown``: the files that
+    define it (ncclprep's own drop-in left out); ``nm_connection``: the NetworkManager connection
+    bound to it (nmcli prints ``--`` for none). Raises ValueError for a bad ``persist``."""
+    if persist not in PERSIST:
+        raise ValueError(f"nic_mtu_persist={persist!r}: valid: {', '.join(PERSIST)}")
+    found = (["netplan"] if netplan else []) + (["ifupdown"] if ifupdown else []) + \
+        (["networkmanager"] if nm_connection not in ("", "--") else [])
+    return (found + ["none"])[0]
+
+
+def nic_persist(run: Runner, interface: str, persist: str = "auto", netplan_file: str | None = None,
+                timeout: float = 10.0, root: str = "") -> dict:
+    """``{manager, netplan, ifupdown, nm_connection}``: how ``interface`` is configured at boot.
+
+    netplan: the files under /etc/netplan with a line ``<indent><interface>:`` (``netplan_file``,
+    nic_mtu's own drop-in, left out); ifupdown: /etc/network/interfaces and interfaces.d files with
+    an ``iface``, ``auto`` or ``allow-hotplug`` line for it; nm_connection:
+    ``nmcli --get-values GENERAL.CONNECTION device show <interface>`` (empty where nmcli is
+    missing, fails or runs out of ``timeout`` seconds). Only the managers ``persist``
+    (nic_mtu_persist) allows are asked; manager is persist_manager's choice. Raises ValueError
+    for a bad ``persist``.
     """
-    out = {"interface": interface, "mtu": None, "min_mtu": None, "max_mtu": None, "roce": False, "error": None}
+    asked = {"auto": ("netplan", "ifupdown", "networkmanager")}.get(persist, (persist,))
+    netplan = ifupdown = []
+    nm_connection = ""
+    name = re.escape(interface)
+    if "netplan" in asked:
+        netplan = [f for f in _files_with_line([NETPLAN_DIR], re.compile(rf"^\s+{name}:"), root) if f != netplan_file]
+    if "ifupdown" in asked:
+        ifupdown = _files_with_line(IFUPDOWN_FILES, re.compile(rf"^\s*(iface|auto|allow-hotplug)\s+{name}(\s|$)"), root)
+    if "networkmanager" in asked:
+        rc, stdout, _ = run(["nmcli", "--get-values", "GENERAL.CONNECTION", "device", "show", interface], timeout)
+        nm_connection = (stdout or "").strip() if rc == 0 else ""
+    return {"manager": persist_manager(persist, netplan, ifupdown, nm_connection), "netplan": netplan,
+            "ifupdown": ifupdown, "nm_connection": nm_connection}
+
+
+def nic_mtu(run: Runner, interface: str | None, timeout: float = 10.0, sysfs: str = "/sys", persist: str = "auto",
+            netplan_file: str | None = None, root: str = "") -> dict:
+    """``{interface, mtu, min_mtu, max_mtu (bytes), roce (an RDMA device backs it), error, persist}``
+    from ``ip -j -d link show dev <interface>``; the MTU before any change. error names
+    what could not be read (no such interface); the numbers are then None. persist: nic_persist's
+    ``{manager, netplan, ifupdown, nm_connection}`` for ``persist`` (nic_mtu_persist), the one
+    place the role and validate.yml's drift check learn where the MTU is persisted.
+    Raises ValueError for a bad ``persist``.
+    """
+    out = {"interface": interface, "mtu": None, "min_mtu": None, "max_mtu": None, "roce": False, "error": None,
+           "persist": {"manager": persist_manager(persist, [], [], ""), "netplan": [], "ifupdown": [],
+                       "nm_connection": ""}}
     if not interface:
         out["error"] = "no interface"
         return out
+    out["persist"] = nic_persist(run, interface, persist, netplan_file, timeout, root)
     rc, stdout, stderr = run(["ip", "-j", "-d", "link", "show", "dev", interface], timeout)
     if rc != 0:
         out["error"] = (stderr or "").strip() or f"ip exited {rc}"
@@ -122,13 +201,21 @@ def numa_pinning(interface: str | None, map_file: str, sysfs: str = "/sys", proc
             "installed_text": installed}
 
 
-def ssh_trust(user: str) -> dict:
-    """``{user, home}``: the account's home folder from the passwd database (None: no such user)."""
+def ssh_trust(user: str, host_key_types=(), root: str = "") -> dict:
+    """``{user, home, host_keys}``: the account's home folder from the passwd database (None: no
+    such user), and this node's host public keys as ``"<type> <base64>"`` (the first two words
+    of /etc/ssh/ssh_host_<type>_key.pub), one per type of ``host_key_types`` that has a readable
+    file, in that order: the key lines every node's known_hosts records for this node."""
     try:
         home = pwd.getpwnam(user).pw_dir
     except KeyError:
         home = None
-    return {"user": user, "home": home}
+    keys = []
+    for kind in host_key_types or ():
+        words = (read_text(f"{root}/etc/ssh/ssh_host_{kind}_key.pub") or "").split()
+        if len(words) >= 2:
+            keys.append(" ".join(words[:2]))
+    return {"user": user, "home": home, "host_keys": keys}
 
 
 def nccl_env(procfs: str = "/proc") -> dict:
@@ -145,10 +232,11 @@ def nccl_env(procfs: str = "/proc") -> dict:
 # in check mode, with the same ``into`` convention). tests/unit/test_registry.py holds this
 # against the registry's ``facts: true`` entries.
 READERS = {
-    "nic_mtu": lambda run, p: nic_mtu(run, p["interface"], p["timeout"]),
+    "nic_mtu": lambda run, p: nic_mtu(run, p["interface"], p["timeout"], persist=p["persist"],
+                                      netplan_file=p["netplan_file"]),
     "rps_rfs": lambda run, p: rps_rfs(p["interface"]),
     "numa_pinning": lambda run, p: numa_pinning(p["interface"], p["map_file"]),
     "firewall": lambda run, p: firewall(run, p["backend"], p["timeout"]),
-    "ssh_trust": lambda run, p: ssh_trust(p["user"]),
+    "ssh_trust": lambda run, p: ssh_trust(p["user"], p["host_key_types"]),
     "nccl_env": lambda run, p: nccl_env(),
 }

@@ -137,8 +137,12 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     # eth0's carrier and error counters on every node, read when the run started and when it ended
     assert by["links.counters"]["measured"] == {"ports": len(NODES)}
     assert statuses["links.rdma"] == "SKIP"
-    # the files of nccl_env, sysctl_tuning and ssh_trust on every node, as site.yml wrote them
-    assert by["drift.files"]["measured"] == 5 * len(NODES)
+    # every file site.yml wrote on each node, as it wrote them: nccl_env's three, the sysctl drop-in,
+    # ssh_trust's ssh config and known_hosts lines, the hosts block, rps_rfs's script and unit,
+    # numa_pinning's map, JSON map and wrapper (no IRQ script or unit: a veth has no IRQs; no
+    # roce_qos files: no RoCE port; no nic_mtu file: nothing defines eth0 at boot; no nftables
+    # table: ufw)
+    assert by["drift.files"]["measured"] == 12 * len(NODES)
     directions = {(a, b) for a in NODES for b in NODES if a != b}
     net = data["network"]
     for key in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports"):
@@ -283,6 +287,17 @@ FAULTS = [
     pytest.param("echo NCCL_DEBUG=TRACE >> /etc/nccl.conf", "sed -i '/^NCCL_DEBUG=TRACE$/d' /etc/nccl.conf",
                  "drift.files", ["node2"], "node2: /etc/nccl.conf differs: +NCCL_DEBUG=TRACE (nccl_env)",
                  id="hand-edit"),
+    # /etc/hosts is a bind mount in the containers: rewritten in place, not renamed over
+    pytest.param("cp /etc/hosts /root/hosts.bak && sed '/^# BEGIN ncclprep host_names/a 10.77.29.99 intruder' "
+                 "/root/hosts.bak > /etc/hosts", "cat /root/hosts.bak > /etc/hosts",
+                 "drift.files", ["node2"], 'node2: /etc/hosts block "# BEGIN ncclprep host_names (managed by Ansible)" '
+                 "differs: +10.77.29.99 intruder (host_names)", id="hosts-block-edit"),
+    # node1's ed25519 key stays, so ssh from node2 still checks node1's host key (ssh.trust passes)
+    pytest.param("cp /etc/ssh/ssh_known_hosts /root/kh.bak && sed -i '/^node1 ecdsa-sha2-nistp256 /d' "
+                 "/etc/ssh/ssh_known_hosts && echo 'github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6"
+                 "UOoqKLsabgH5C9okWi0dh2l9GKJl' >> /etc/ssh/ssh_known_hosts",
+                 "cp /root/kh.bak /etc/ssh/ssh_known_hosts", "drift.files", ["node2"],
+                 "node2: /etc/ssh/ssh_known_hosts lacks 1 of", id="known-hosts-key-removed"),
 ]
 
 

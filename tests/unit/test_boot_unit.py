@@ -2,8 +2,10 @@
 byte-identical to those the roles wrote before they shared the role, check mode passes on a
 fresh node, and a second run changes nothing.
 
-The callers' ``vars`` are read from their task files, so a change there is tested here; the
-role runs through ``ansible-playbook`` on localhost with ``boot_unit_systemd_dir`` under tmp_path.
+The callers' ``vars`` are read from their task files and the ``__<role>_boot_unit`` dict of their
+vars/main.yml those vars name (the same dict validate.yml's drift check renders the unit with),
+so a change there is tested here; the role runs through ``ansible-playbook`` on localhost with
+``boot_unit_systemd_dir`` under tmp_path.
 """
 
 from __future__ import annotations
@@ -74,10 +76,19 @@ def caller_vars(role: str) -> dict:
     return found[0]["vars"]
 
 
+def unit_vars() -> dict:
+    """Each caller's ``__<role>_boot_unit`` (roles/<role>/vars/main.yml), the dict its import names."""
+    out = {}
+    for role in CALLERS:
+        with open(os.path.join(REPO, "roles", role, "vars", "main.yml"), encoding="utf-8") as fh:
+            out[f"__{role}_boot_unit"] = yaml.safe_load(fh)[f"__{role}_boot_unit"]
+    return out
+
+
 def playbook(tmp_path, *args: str) -> dict:
     """Import boot_unit once per caller (with the caller's vars) on localhost; returns the recap stats."""
     plays = [{"name": "Boot units", "hosts": "localhost", "connection": "local", "gather_facts": False,
-              "vars": dict(INTENT, ansible_python_interpreter=sys.executable),
+              "vars": dict(INTENT, **unit_vars(), ansible_python_interpreter=sys.executable),
               "tasks": [{"name": f"Import boot_unit as {role}", "ansible.builtin.import_role": {"name": "boot_unit"},
                          "vars": dict(caller_vars(role), boot_unit_systemd_dir=str(tmp_path / "systemd"))}
                         for role in CALLERS]}]

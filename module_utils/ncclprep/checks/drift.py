@@ -1,7 +1,9 @@
 """drift.files (preflight's own check): the files site.yml manages hold what it would write.
 
-Record ``drift``: the managed_files module's rows for the host, ``[{concern, path, state,
-diff, mode_expected, mode_found}]`` (module_utils/ncclprep/drift.py). Live settings are held
+Record ``drift``: the managed_files module's rows for the host, ``[{concern, kind, path, state,
+diff, mode_expected, mode_found}]`` (module_utils/ncclprep/drift.py; block rows add ``block``,
+lines rows ``lines`` and ``missing``), one per entry of every concern's ``<concern>_managed_files``
+that applies on the host: whole files, the hosts block, known_hosts lines. Live settings are held
 by each concern's own checks (sysctl.*, data_plane.mtu, rps_rfs.queues, ...); this check holds
 the files that carry them across a reboot or into every launch.
 """

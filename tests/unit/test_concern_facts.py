@@ -1,0 +1,103 @@
+"""What concern_facts reads for the roles' conditions and validate.yml's drift check
+(module_utils/ncclprep/concern_facts.py): where nic_mtu persists the MTU, and the host keys
+ssh_trust records in every node's known_hosts."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.module_utils.ncclprep import concern_facts
+from ansible.module_utils.ncclprep.concern_facts import nic_mtu, nic_persist, persist_manager, ssh_trust
+
+ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKxulkEfovnGyAAneOt8Z/7XR7ws22inGYvUujwDbrGX"
+
+
+class Runner:
+    """A fake command runner: nmcli answers ``nmcli``; every call is recorded."""
+
+    def __init__(self, nmcli=(0, "Wired connection 1\n", "")):
+        self.nmcli, self.calls = nmcli, []
+
+    def __call__(self, argv, timeout):
+        self.calls.append((argv, timeout))
+        if argv[0] == "nmcli":
+            return self.nmcli
+        if argv[:2] == ["ip", "-j"]:
+            return 0, '[{"mtu": 1500, "min_mtu": 68, "max_mtu": 9000}]', ""
+        return 127, "", "not found"
+
+
+def write(root, path: str, text: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def test_netplan_that_defines_the_interface_is_chosen_and_ncclprep_own_drop_in_does_not_count(tmp_path):
+    root = str(tmp_path)
+    write(tmp_path, "/etc/netplan/60-ncclprep-mtu.yaml", "network:\n  ethernets:\n    eth0:\n      mtu: 9000\n")
+    run = Runner(nmcli=(0, "--\n", ""))
+    out = nic_persist(run, "eth0", "auto", "/etc/netplan/60-ncclprep-mtu.yaml", root=root)
+    assert out == {"manager": "none", "netplan": [], "ifupdown": [], "nm_connection": "--"}
+    write(tmp_path, "/etc/netplan/50-cloud-init.yaml",
+          "network:\n  version: 2\n  ethernets:\n    eth0:\n      dhcp4: true\n")
+    out = nic_persist(run, "eth0", "auto", "/etc/netplan/60-ncclprep-mtu.yaml", root=root)
+    assert out == {"manager": "netplan", "netplan": ["/etc/netplan/50-cloud-init.yaml"], "ifupdown": [],
+                   "nm_connection": "--"}
+    # the name is matched literally: eth0x1 is not the VLAN eth0.1 (grep -E read the dot as any character)
+    write(tmp_path, "/etc/netplan/70-other.yaml", "network:\n  ethernets:\n    eth0x1:\n      dhcp4: true\n")
+    assert nic_persist(run, "eth0.1", "netplan", None, root=root)["manager"] == "none"
+    assert nic_persist(run, "eth0x1", "netplan", None, root=root)["netplan"] == ["/etc/netplan/70-other.yaml"]
+
+
+def test_ifupdown_is_chosen_after_netplan_and_only_the_managers_nic_mtu_persist_allows_are_asked(tmp_path):
+    root = str(tmp_path)
+    write(tmp_path, "/etc/network/interfaces.d/eth1", "auto eth1\niface eth1 inet manual\n")
+    write(tmp_path, "/etc/network/interfaces", "source /etc/network/interfaces.d/*\niface eth10 inet dhcp\n")
+    run = Runner()
+    out = nic_persist(run, "eth1", "auto", None, root=root)
+    assert out == {"manager": "ifupdown", "netplan": [], "ifupdown": ["/etc/network/interfaces.d/eth1"],
+                   "nm_connection": "Wired connection 1"}
+    assert [argv for argv, _ in run.calls] == [
+        ["nmcli", "--get-values", "GENERAL.CONNECTION", "device", "show", "eth1"]]
+    run = Runner()
+    out = nic_persist(run, "eth1", "networkmanager", None, timeout=3.0, root=root)
+    assert out == {"manager": "networkmanager", "netplan": [], "ifupdown": [], "nm_connection": "Wired connection 1"}
+    assert run.calls[0][1] == 3.0
+    run = Runner()
+    assert nic_persist(run, "eth1", "none", None, root=root)["manager"] == "none" and run.calls == []
+
+
+def test_networkmanager_counts_only_when_nmcli_names_a_connection():
+    assert persist_manager("auto", [], [], "--") == "none"
+    assert persist_manager("auto", [], [], "") == "none"
+    assert persist_manager("auto", ["/etc/netplan/a.yaml"], ["/etc/network/interfaces"], "c") == "netplan"
+    assert persist_manager("auto", [], ["/etc/network/interfaces"], "c") == "ifupdown"
+    with pytest.raises(ValueError, match="nic_mtu_persist='systemd-networkd': valid: auto, netplan"):
+        persist_manager("systemd-networkd", [], [], "")
+    # nmcli missing or timed out: no connection
+    run = Runner(nmcli=(127, "", "No such file"))
+    assert nic_persist(run, "eth0", "networkmanager", None, root="/nonexistent")["nm_connection"] == ""
+
+
+def test_nic_mtu_facts_carry_the_persistence_and_none_without_an_interface(tmp_path):
+    write(tmp_path, "/etc/network/interfaces", "allow-hotplug ens1\niface ens1 inet static\n")
+    out = nic_mtu(Runner(nmcli=(10, "", "")), "ens1", persist="auto", root=str(tmp_path), sysfs=str(tmp_path))
+    assert out["mtu"] == 1500 and out["persist"]["manager"] == "ifupdown"
+    assert nic_mtu(Runner(), None)["persist"] == {"manager": "none", "netplan": [], "ifupdown": [], "nm_connection": ""}
+
+
+def test_ssh_trust_reads_the_host_keys_of_the_types_asked_in_that_order(tmp_path):
+    write(tmp_path, "/etc/ssh/ssh_host_ed25519_key.pub", f"{ED} root@node1\n")
+    write(tmp_path, "/etc/ssh/ssh_host_rsa_key.pub", "garbage\n")
+    out = ssh_trust("root", ["ecdsa", "ed25519", "rsa"], root=str(tmp_path))
+    # ecdsa has no file, rsa's is not a key line: left out as the role's read left them out
+    assert out["host_keys"] == [ED] and out["user"] == "root" and out["home"] == "/root"
+    assert ssh_trust("no-such-user-ncclprep", [], root=str(tmp_path)) == {
+        "user": "no-such-user-ncclprep", "home": None, "host_keys": []}
+
+
+def test_the_module_passes_the_new_options_to_the_readers():
+    params = {"interface": "eth0", "timeout": 2.0, "persist": "none", "netplan_file": None, "user": "root",
+              "host_key_types": []}
+    assert concern_facts.READERS["nic_mtu"](Runner(), params)["persist"]["manager"] == "none"
+    assert concern_facts.READERS["ssh_trust"](Runner(), params)["host_keys"] == []
