@@ -36,7 +36,8 @@ options:
     description:
       - "Limits of the net.* checks: max_latency_us (TCP round-trip p50, microseconds), slow_z and slow_ratio
         (a bandwidth is slow below this modified z-score and this fraction of the median), min_gbps (a
-        bandwidth floor in GB/s). Absent keys keep their defaults (50, -3.5, 0.5, none); null: no limit."
+        bandwidth floor in GB/s), link_floor_ratio (a floor of this fraction of the slower end's link
+        speed, where ethtool shows it). Absent keys keep their defaults (50, -3.5, 0.5, none, 0.1); null: no limit."
 author: ncclprep contributors
 """
 

@@ -232,3 +232,35 @@ def test_transport_from_nccl_logs_against_the_intent():
     (skip,) = check_transport(gloo, Context(all_hosts=tuple(HOSTS), expect_net="ib"))
     assert skip["status"] == "SKIP" and "GLOO_SOCKET_IFNAME=eth0" in skip["message"]
     assert check_transport({h: {} for h in HOSTS}, CTX) == []
+
+
+def with_speeds(recs, mbps):
+    """Each host's ethtool reading of its data-plane link (node_facts hostinfo.link)."""
+    for host, speed in mbps.items():
+        recs[host]["facts"] = {"hostinfo": {"link": {"source": "ethtool eth0", "error": None, "findings": [],
+                                                     "data": {"speed_mbps": speed, "link_detected": True}}}}
+    return recs
+
+
+def test_a_link_far_below_its_speed_fails_even_when_every_link_is_alike():
+    # 100 Gb/s NICs, every stream at 0.9 GB/s (7.2 Gb/s): alike, so no outlier, but below 0.1 x 100 Gb/s
+    recs = with_speeds(records(all_rows({k: {"gbps": 0.9} for k in THROTTLED})), dict.fromkeys(HOSTS, 100000))
+    found = bad(check_network(recs, CTX))
+    assert list(found) == ["net.bandwidth"]
+    assert found["net.bandwidth"]["hosts"] == HOSTS
+    assert "node1 -> node2 0.9 below 1.25 (0.1 x the 100 Gb/s link)" in found["net.bandwidth"]["message"]
+    # node3 on a 10 Gb/s port: its directions' floor is 0.125 GB/s, which 0.9 clears; the others still fail
+    recs = with_speeds(records(all_rows({k: {"gbps": 0.9} for k in THROTTLED})),
+                       {"node1": 100000, "node2": 100000, "node3": 10000})
+    assert bad(check_network(recs, CTX))["net.bandwidth"]["hosts"] == ["node1 <-> node2"]
+    # without speeds, or with the ratio off, the same figures pass
+    assert not bad(check_network(records(all_rows({k: {"gbps": 0.9} for k in THROTTLED})), CTX))
+    off = Context(all_hosts=tuple(HOSTS), max_latency_us=500, slow_ratio=0.2, link_floor_ratio=None)
+    assert not bad(check_network(with_speeds(records(all_rows({k: {"gbps": 0.9} for k in THROTTLED})),
+                                             dict.fromkeys(HOSTS, 100000)), off))
+
+
+def test_the_local_clusters_veth_speed_leaves_its_streams_well_above_the_floor():
+    # veth in the containers: ethtool says 10000Mb/s; one stream measured 1.15-1.58 GB/s, floor 0.125
+    recs = with_speeds(records(all_rows({k: {"gbps": 1.15} for k in THROTTLED})), dict.fromkeys(HOSTS, 10000))
+    assert not bad(check_network(recs, CTX))

@@ -155,7 +155,7 @@ NET = {"status": "PASS", "host": "fake1", "hosts": ["fake1"], "missing_hosts": [
 with open(os.path.join(REPO, "roles", "preflight", "defaults", "main.yml"), encoding="utf-8") as _fh:
     NET_LIMITS = {k: v for k, v in yaml.safe_load(_fh).items()
                   if k in ("preflight_net_max_latency_us", "preflight_net_slow_z", "preflight_net_slow_ratio",
-                           "preflight_net_min_gbps")}
+                           "preflight_net_min_gbps", "preflight_net_link_floor_ratio")}
 
 PROBE = {"status": "PASS", "rank": 0, "stage": "done", "hosts": ["fake1"], "missing_hosts": [],
          "results": [{"op": "all_reduce", "size_bytes": 4096, "count": 1024, "time_us": 50.0, "algbw_gbps": 0.08,

@@ -111,9 +111,13 @@ class Context:
     min_gbps: float | None = None
     #: collective.transport: the network NCCL must use, "ib" or "socket" (None: not held).
     expect_net: str | None = None
+    #: net.bandwidth: one stream's floor as this fraction of the slower end's link speed
+    #: (ethtool's, Gb/s / 8 in GB/s); None: no floor from the link speed.
+    link_floor_ratio: float | None = 0.1
 
-    #: The Context fields net_probe shares (library/net_probe.py options of the same names).
-    NET_LIMITS = ("max_latency_us", "slow_z", "slow_ratio", "min_gbps")
+    #: The net.* limits cluster_report passes (all but link_floor_ratio are also
+    #: library/net_probe.py options of the same names).
+    NET_LIMITS = ("max_latency_us", "slow_z", "slow_ratio", "min_gbps", "link_floor_ratio")
 
 
 def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterable[str]) -> HostRecord:

@@ -87,7 +87,7 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     good = [r for r in rows if not r.get("hang") and not r.get("error")]
     tested = {(r["src"], r["dst"]) for r in good}
     out.append(_check_latency(good, tested, ctx))
-    out.append(_check_bandwidth(good, tested, ctx))
+    out.append(_check_bandwidth(good, tested, ctx, link_speeds(records)))
     out.append(_check_path_mtu(good, tested))
     out.append(_check_ports(rows))
     return out
@@ -146,13 +146,42 @@ def _check_latency(rows: list[dict], tested: set, ctx: Context) -> Check:
                    passed_measured={"median_p50": med, "max_p50": max(p50.values()), "max_p99": max(p99.values())})
 
 
-def _check_bandwidth(rows: list[dict], tested: set, ctx: Context) -> Check:
+def link_speeds(records: dict[str, HostRecord]) -> dict[str, float]:
+    """host -> the data-plane link's speed in Gb/s as ethtool reports it (node_facts'
+    ``hostinfo.link``, parsers/ethtool.py), for the hosts where it is known."""
+    out = {}
+    for host, rec in records.items():
+        link = ((((rec or {}).get("facts") or {}).get("hostinfo") or {}).get("link") or {}).get("data") or {}
+        if link.get("speed_mbps"):
+            out[host] = link["speed_mbps"] / 1000
+    return out
+
+
+def link_floors(speeds: dict[str, float], ratio: float | None, directions) -> dict[tuple[str, str], float]:
+    """Per direction, the floor of one TCP stream derived from the link speed: ``ratio`` x the
+    slower end's speed (Gb/s) / 8, in GB/s; only where both ends' speeds are known (None: no
+    floors). One stream rarely fills a fast link, hence a small ratio (default 0.1: below
+    10 Gb/s on a 100 Gb/s link the link or its host is at fault, not TCP)."""
+    if ratio is None:
+        return {}
+    return {(a, b): ratio * min(speeds[a], speeds[b]) / 8 for a, b in directions if a in speeds and b in speeds}
+
+
+def _check_bandwidth(rows: list[dict], tested: set, ctx: Context, speeds: dict[str, float] | None = None) -> Check:
     """Slow nodes first (blame.slow_bandwidth's per-node rule), then the slow directions no
-    slow node explains, classified into nodes and links like any bad pair."""
+    slow node explains, and the directions below the floor their link speed gives
+    (``link_floors``), classified into nodes and links like any bad pair."""
     rates = slowest_per_direction(rows)
     if not rates:
         return make_check("net.bandwidth", "SKIP", message="no bandwidth was measured")
     slow = slow_bandwidth(rates, z=ctx.slow_z, ratio=ctx.slow_ratio, floor=ctx.min_gbps)
+    floors = link_floors(speeds or {}, ctx.link_floor_ratio, rates)
+    for (a, b), floor in sorted(floors.items()):
+        explained = (a in slow["nodes"] and slow["nodes"][a].startswith("sends")) or \
+            (b in slow["nodes"] and slow["nodes"][b].startswith("receives"))
+        if rates[(a, b)] < floor and not explained and (a, b) not in slow["links"]:
+            slow["links"][(a, b)] = (f"{rates[(a, b)]:.3g} below {floor:.3g} ({ctx.link_floor_ratio:g} x the "
+                                     f"{min(speeds[a], speeds[b]):g} Gb/s link)")
     link_names, found = _blame(tested, set(slow["links"]))
     names = sorted(set(slow["nodes"]) | set(found["nodes"])) + [n for n in link_names if n not in found["nodes"]]
     med = statistics.median(rates.values())
@@ -160,7 +189,8 @@ def _check_bandwidth(rows: list[dict], tested: set, ctx: Context) -> Check:
     detail += [f"{a} -> {b} {why}" for (a, b), why in sorted(slow["links"].items())]
     node_rates = {f"{a} -> {b}": v for (a, b), v in sorted(rates.items()) if a in slow["nodes"] or b in slow["nodes"]}
     expected = f"not far below the median (modified z >= {ctx.slow_z:g} or >= {ctx.slow_ratio:g} x median)" + (
-        f" and >= {ctx.min_gbps:g} GB/s" if ctx.min_gbps is not None else "")
+        f" and >= {ctx.min_gbps:g} GB/s" if ctx.min_gbps is not None else "") + (
+        f" and >= {ctx.link_floor_ratio:g} x the link speed" if floors else "")
     return verdict("net.bandwidth", names,
                    measured={"median_gbps": med, "nodes": slow["nodes"], "node_directions": node_rates,
                              "links": {f"{a} -> {b}": rates[(a, b)] for a, b in sorted(slow["links"])}},
