@@ -108,6 +108,9 @@ probe:
         Under NCCL (run with NCCL_DEBUG=INFO), what NCCL's log says it used - version, versions, network,
         net (ib or socket), transports {intra_host, inter_host}, socket_interfaces, ib_devices, gdr, warnings.
     gloo_ifname: {type: str, description: "Under Gloo, GLOO_SOCKET_IFNAME: the interface it binds (null: host name)."}
+    gloo_bind:
+      type: dict
+      description: "Under Gloo, the address it binds - ifname, address, how (GLOO_SOCKET_IFNAME or hostname), error."
 """
 
 import glob

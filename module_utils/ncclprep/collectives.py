@@ -46,6 +46,36 @@ def nccl_log_summary(texts: list[str]) -> dict:
                 unparsed=len(parsed["unparsed"]))
 
 
+_SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's IPv4 address
+
+
+def gloo_bind(ifname: str | None = None) -> dict:
+    """The address Gloo binds its sockets to on this host, as ProcessGroupGloo chooses it:
+    the interface GLOO_SOCKET_IFNAME names when set, else the address the host name resolves
+    to (torch's ProcessGroupGloo.create_default_device; a host name that resolves to
+    127.0.1.1 from /etc/hosts is the classic "Gloo connectFullMesh failed").
+
+    Returns ``{"ifname": str | None, "address": IPv4 str | None, "how": "GLOO_SOCKET_IFNAME"
+    | "hostname", "error": str | None}``; never raises."""
+    import fcntl
+    import struct
+
+    if ifname:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", ifname.encode()[:15]))
+            return {"ifname": ifname, "address": socket.inet_ntoa(raw[20:24]), "how": "GLOO_SOCKET_IFNAME",
+                    "error": None}
+        except OSError as exc:
+            return {"ifname": ifname, "address": None, "how": "GLOO_SOCKET_IFNAME",
+                    "error": f"no IPv4 address on {ifname}: {exc.strerror or exc}"}
+    try:
+        return {"ifname": None, "address": socket.gethostbyname(socket.gethostname()), "how": "hostname",
+                "error": None}
+    except OSError as exc:
+        return {"ifname": None, "address": None, "how": "hostname", "error": f"host name does not resolve: {exc}"}
+
+
 def element_count(size_bytes: int, world_size: int) -> int:
     """Elements of float32 for a ``size_bytes`` buffer, a multiple of ``world_size`` (>= world_size)."""
     count = size_bytes // ELEMENT_BYTES
@@ -257,6 +287,7 @@ def run_rank(
             "missing_ranks": [],
             "results": rows,
             "cpus": sorted(os.sched_getaffinity(0)) if cpus else None,
+            "gloo_bind": None if use_cuda else gloo_bind(os.environ.get("GLOO_SOCKET_IFNAME")),
             "torch_version": torch.__version__,
             "nccl_version": (
                 ".".join(str(x) for x in torch.cuda.nccl.version()) if use_cuda else None

@@ -264,3 +264,38 @@ def test_the_local_clusters_veth_speed_leaves_its_streams_well_above_the_floor()
     # veth in the containers: ethtool says 10000Mb/s; one stream measured 1.15-1.58 GB/s, floor 0.125
     recs = with_speeds(records(all_rows({k: {"gbps": 1.15} for k in THROTTLED})), dict.fromkeys(HOSTS, 10000))
     assert not bad(check_network(recs, CTX))
+
+
+def test_gloo_bound_to_a_loopback_name_is_named_against_the_data_plane_address():
+    from ansible.module_utils.ncclprep.checks.collectives import check_transport
+
+    addr = {"node1": "10.77.0.11", "node2": "10.77.0.12", "node3": "10.77.0.13"}
+
+    def rec(h, bind):
+        return {"facts": {"data_plane": {"interface": "eth0", "address": addr[h]}},
+                "probe": {"status": "PASS", "gloo_ifname": bind.get("ifname"), "gloo_bind": bind}}
+
+    good = {h: rec(h, {"ifname": "eth0", "address": addr[h], "how": "GLOO_SOCKET_IFNAME", "error": None})
+            for h in HOSTS}
+    (ok,) = check_transport(good, CTX)
+    assert ok["status"] == "PASS" and ok["measured"] == addr
+    # node3 without GLOO_SOCKET_IFNAME, its host name on 127.0.1.1 in /etc/hosts (Debian's default)
+    bad = dict(good, node3=rec("node3", {"ifname": None, "address": "127.0.1.1", "how": "hostname", "error": None}))
+    (c,) = check_transport(bad, CTX)
+    assert c["status"] == "FAIL" and c["hosts"] == ["node3"]
+    assert c["message"] == "Gloo bound another address on node3: 127.0.1.1 through its host name, not 10.77.0.13"
+    missing = dict(good, node2=rec("node2", {"ifname": "ib0", "address": None, "how": "GLOO_SOCKET_IFNAME",
+                                             "error": "no IPv4 address on ib0: No such device"}))
+    (m,) = check_transport(missing, CTX)
+    assert m["hosts"] == ["node2"] and "no IPv4 address on ib0" in m["message"]
+
+
+def test_gloo_bind_reads_the_loopback_interface_and_the_host_name():
+    from ansible.module_utils.ncclprep.collectives import gloo_bind
+
+    assert gloo_bind("lo") == {"ifname": "lo", "address": "127.0.0.1", "how": "GLOO_SOCKET_IFNAME", "error": None}
+    absent = gloo_bind("nosuch0")
+    assert absent["address"] is None and absent["error"].startswith("no IPv4 address on nosuch0")
+    import socket
+
+    assert gloo_bind(None)["address"] == socket.gethostbyname(socket.gethostname())

@@ -130,8 +130,10 @@ def check_transport(records: dict[str, HostRecord], ctx: Context) -> list[Check]
     FAIL naming the hosts whose NCCL version differs from the majority (ranks of one job must
     run one NCCL), or whose network differs from ``ctx.expect_net`` (``ib``: NCCL fell back to
     sockets there; ``socket``; None: not held). PASS measures version, network, GPUDirect RDMA
-    and the transports. Under Gloo (no ``nccl_log``): SKIP naming GLOO_SOCKET_IFNAME, the
-    interface Gloo binds. No probe results: no check.
+    and the transports. Under Gloo (no ``nccl_log``): the address Gloo bound (probe
+    ``gloo_bind``) against the host's data-plane address: FAIL naming hosts where it bound
+    another (a host name resolving to 127.0.1.1, a GLOO_SOCKET_IFNAME of another network);
+    SKIP where neither is known. No probe results: no check.
     """
     probes = {h: (r or {}).get("probe") for h, r in records.items()}
     probes = {h: p for h, p in probes.items() if p and p.get("status") in ("PASS", "FAIL")}
@@ -139,9 +141,7 @@ def check_transport(records: dict[str, HostRecord], ctx: Context) -> list[Check]
         return []
     logs = {h: p["nccl_log"] for h, p in probes.items() if p.get("nccl_log")}
     if not logs:
-        ifnames = sorted({str(p.get("gloo_ifname")) for p in probes.values()})
-        return [make_check("collective.transport", "SKIP", measured={"gloo_ifname": ifnames},
-                           message=f"gloo backend (no NCCL): Gloo binds GLOO_SOCKET_IFNAME={', '.join(ifnames)}")]
+        return [_gloo_transport(records, probes)]
     versions = {h: log.get("version") or "/".join(log.get("versions") or []) or None for h, log in logs.items()}
     common = majority(versions)
     odd = {h: v for h, v in versions.items() if v != common}
@@ -197,3 +197,29 @@ def check_blame(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                        remediation="a node: its NIC, link and NCCL settings (see net.* for the same node); a "
                                    "link: the cable or switch port between the two; a group: bisect further "
                                    "by hand with --limit")]
+
+
+def _gloo_transport(records: dict[str, HostRecord], probes: dict[str, dict]) -> Check:
+    """collective.transport under Gloo: the bound address (probe ``gloo_bind``) is the host's
+    data-plane address (facts ``data_plane.address``)."""
+    bound = {h: p.get("gloo_bind") or {} for h, p in probes.items()}
+    want = {h: ((records.get(h) or {}).get("facts") or {}).get("data_plane") or {} for h in probes}
+    known = {h: b for h, b in bound.items() if (b.get("address") or b.get("error")) and want[h].get("address")}
+    if not known:
+        ifnames = sorted({str(p.get("gloo_ifname")) for p in probes.values()})
+        return make_check("collective.transport", "SKIP", measured={"gloo_ifname": ifnames},
+                          message=f"gloo backend (no NCCL): Gloo binds GLOO_SOCKET_IFNAME={', '.join(ifnames)}")
+    wrong = {h: {"bound": b.get("address"), "how": b.get("how"), "ifname": b.get("ifname"), "error": b.get("error"),
+                 "data_plane": want[h]["address"]}
+             for h, b in known.items() if b.get("address") != want[h]["address"]}
+
+    def why(v: dict) -> str:
+        via = f"GLOO_SOCKET_IFNAME={v['ifname']}" if v["how"] == "GLOO_SOCKET_IFNAME" else "its host name"
+        return f"{v['error']}" if v["error"] else f"{v['bound']} through {via}, not {v['data_plane']}"
+    return verdict("collective.transport", wrong, expected="Gloo bound to the data-plane address",
+                   message="Gloo bound another address on "
+                           + "; ".join(f"{h}: {why(v)}" for h, v in sorted(wrong.items())),
+                   remediation="set GLOO_SOCKET_IFNAME to the data-plane interface (nccl_env) or make the host name "
+                               "resolve to the data-plane address (host_names)",
+                   passed=f"gloo backend: every rank bound its data-plane address ({len(known)} hosts)",
+                   passed_measured={h: b.get("address") for h, b in sorted(known.items())})
