@@ -137,6 +137,9 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     # eth0's carrier and error counters on every node, read when the run started and when it ended
     assert by["links.counters"]["measured"] == {"ports": len(NODES)}
     assert statuses["links.rdma"] == "SKIP"
+    # Gloo bound eth0's address (GLOO_SOCKET_IFNAME from nccl_env) on every node
+    assert statuses["collective.transport"] == "PASS", by["collective.transport"]
+    assert sorted(by["collective.transport"]["measured"]) == NODES
     # every file site.yml wrote on each node, as it wrote them: nccl_env's three, the sysctl drop-in,
     # ssh_trust's ssh config and known_hosts lines, the hosts block, rps_rfs's script and unit,
     # numa_pinning's map, JSON map and wrapper (no IRQ script or unit: a veth has no IRQs; no
