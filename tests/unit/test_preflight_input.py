@@ -1,0 +1,44 @@
+"""The preflight refuses its own bad variables before it reads or runs anything: the checks
+at the top of roles/preflight/tasks/main.yml, run through ansible-playbook on localhost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import ncclprep
+
+REPO = ncclprep.REPO_ROOT
+BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+           ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"preflight_net_link_floor_ratio": 2.0},
+     "fake1: preflight_net_link_floor_ratio=2.0: valid: null or a fraction of the link speed in (0, 1]"),
+    ({"preflight_probe_blame_timeout": 5},
+     "fake1: preflight_probe_blame_timeout=5: valid: an integer >= 10 (seconds of one blame round, half of them "
+     "for the ranks to arrive)"),
+    ({"preflight_probe_local_ranks": 0}, "fake1: preflight_probe_local_ranks=0: valid: null or an integer >= 1"),
+    ({"preflight_probe_expect_net": "roce"}, "fake1: preflight_probe_expect_net=roce: valid: ib, socket or null"),
+])
+def test_bad_preflight_variable_is_refused_first_naming_host_variable_and_value(tmp_path, extra, message):
+    inventory = {"all": {"hosts": {"fake1": {"ansible_connection": "local"}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    play = [{"hosts": "all", "gather_facts": False,
+             "tasks": [{"name": "Run the preflight", "ansible.builtin.include_role": {"name": "preflight"}}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
+           "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra)]
+    out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]
+    failed = [t for t in tasks if t["hosts"]["fake1"].get("failed")]
+    assert len(failed) == 1 and failed[0]["task"]["name"].startswith("preflight : Check preflight_"), failed
+    assert " ".join(failed[0]["hosts"]["fake1"]["msg"].split()) == message
