@@ -1,9 +1,10 @@
 """The collective blame's round-by-round planning, on the controller (roles/preflight/tasks/blame.yml).
 
 Filters ``ncclprep_collective_trigger``, ``ncclprep_collective_plan`` and
-``ncclprep_blame_round``: the logic is ``collective_trigger``, ``collective_plan`` and
-``blame_round`` in module_utils/ncclprep/blame.py. Like filter_plugins/ncclprep.py, this
-file puts the repository's src/ on sys.path and imports the ncclprep package first.
+``ncclprep_blame_round``: the logic is ``collective_plan`` and ``blame_round`` in
+module_utils/ncclprep/blame.py and ``collective_trigger`` in checks/collectives.py. Like
+filter_plugins/ncclprep.py, this file puts the repository's src/ on sys.path and imports the
+ncclprep package first.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ if _SRC not in sys.path:
 # isort: off
 import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible.module_utils.ncclprep.blame import blame_round, collective_plan, collective_trigger  # noqa: E402
+from ansible.module_utils.ncclprep.blame import blame_round, collective_plan  # noqa: E402
+from ansible.module_utils.ncclprep.checks.collectives import collective_trigger  # noqa: E402
 # isort: on
 
 

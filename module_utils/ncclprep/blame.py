@@ -238,44 +238,6 @@ def collective_plan(hosts: list[str], history: list[Mapping], z: float = -3.5, r
                 message="bisect: smallest failing groups " + "; ".join(", ".join(g) for g in final))
 
 
-def collective_trigger(probes: Mapping[str, Mapping | None], floor: float | None = None) -> dict:
-    """Whether the collective blame should run after the probe on all hosts, and on which ops.
-
-    ``probes``: host -> nccl_probe ``probe`` result (None where it did not run). Runs when a
-    probe FAILed (an error or wrong elements), HANGed with every rank present (an op that
-    never completed; a rank that never arrived is already named, and pairing it would only
-    hang again), or when an op's busbw at the largest size is below ``floor`` (GB/s; None:
-    no floor). Returns ``{"run": bool, "ops": [the one op the rounds run: all_reduce when it
-    went wrong or nothing op-specific did, else the first op that did], "reason": str}``.
-    """
-    reasons: list[str] = []
-    ops: set[str] = set()
-    largest: dict[str, dict] = {}
-    for host, probe in sorted(probes.items()):
-        if not probe:
-            continue
-        status = probe.get("status")
-        if status == "FAIL" or (status == "HANG" and not probe.get("missing_hosts")):
-            reasons.append(f"{host}: {status} ({probe.get('error') or probe.get('stage')})")
-        for row in probe.get("results") or []:
-            if "skipped" in row:
-                continue
-            if row.get("wrong"):
-                ops.add(row["op"])
-            cur = largest.get(row["op"])
-            if cur is None or row["size_bytes"] > cur["size_bytes"] or \
-                    (row["size_bytes"] == cur["size_bytes"] and row["busbw_gbps"] < cur["busbw_gbps"]):
-                largest[row["op"]] = row
-    if floor is not None:
-        for op, row in sorted(largest.items()):
-            if row["busbw_gbps"] < floor:
-                ops.add(op)
-                reasons.append(f"{op} busbw {row['busbw_gbps']:.3g} GB/s below {floor:g}")
-    # one op is enough to tell the node or link apart (each round then costs one op at the largest size)
-    op = "all_reduce" if "all_reduce" in ops or not ops else sorted(ops)[0]
-    return {"run": bool(reasons), "ops": [op], "reason": "; ".join(reasons)}
-
-
 def blame_round(plan: Mapping, probes: Mapping[str, Mapping | None]) -> dict:
     """One history entry of ``collective_plan`` from the round's probe results.
 

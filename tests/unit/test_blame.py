@@ -7,12 +7,12 @@ from ansible.module_utils.ncclprep.blame import (
     blame_round,
     classify,
     collective_plan,
-    collective_trigger,
     modified_z,
     slow_bandwidth,
     slow_outliers,
     slowest_per_direction,
 )
+from ansible.module_utils.ncclprep.checks.collectives import collective_trigger
 
 # One TCP stream per direction (GB/s) measured on the 3-node local cluster of this machine:
 # healthy, and with node2's eth0 throttled by `tc qdisc add dev eth0 root tbf rate 200mbit ...`.
@@ -148,10 +148,17 @@ def test_small_group_without_a_bad_pair_says_so_and_one_host_is_refused():
         collective_plan(["a"], [])
 
 
+def row(op, size, busbw, wrong=0):
+    """An nccl_probe result row (3 ranks: busbw = algbw x 4/3; time_us from algbw)."""
+    algbw = busbw * 3 / 4
+    return {"op": op, "size_bytes": size, "count": size // 4, "time_us": size / (algbw * 1e3),
+            "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong}
+
+
 def probe(status="PASS", busbw=0.45, wrong=0, missing=(), error=None):
     return {"status": status, "missing_hosts": list(missing), "error": error, "stage": "done",
-            "results": [{"op": "all_reduce", "size_bytes": 4096, "busbw_gbps": 9.9, "wrong": 0},
-                        {"op": "all_reduce", "size_bytes": 16777216, "busbw_gbps": busbw, "wrong": wrong},
+            "results": [row("all_reduce", 4096, 9.9),
+                        row("all_reduce", 16777216, busbw, wrong),
                         {"op": "broadcast", "skipped": "no"}]}
 
 
@@ -195,9 +202,8 @@ def test_check_blame_names_the_node_the_pairs_found():
 
 
 def test_trigger_pairs_one_op_all_reduce_first():
-    rows = [{"op": "all_gather", "size_bytes": 16, "busbw_gbps": 0.01, "wrong": 3},
-            {"op": "broadcast", "size_bytes": 16, "busbw_gbps": 0.01, "wrong": 0}]
+    rows = [row("all_gather", 16, 0.01, wrong=3), row("broadcast", 16, 0.01)]
     got = collective_trigger({"n1": {"status": "FAIL", "results": rows}}, floor=0.1)
     assert got["ops"] == ["all_gather"] and "broadcast busbw 0.01 GB/s below 0.1" in got["reason"]
-    rows.append({"op": "all_reduce", "size_bytes": 16, "busbw_gbps": 0.01, "wrong": 0})
+    rows.append(row("all_reduce", 16, 0.01))
     assert collective_trigger({"n1": {"status": "FAIL", "results": rows}}, floor=0.1)["ops"] == ["all_reduce"]

@@ -42,6 +42,32 @@ def summarize_collectives(records: dict[str, HostRecord]) -> dict:
     return out
 
 
+def collective_trigger(probes: dict[str, dict | None], floor: float | None = None) -> dict:
+    """Whether the collective blame (blame.collective_plan) should run after the probe on all
+    hosts, and on which op.
+
+    ``probes``: host -> nccl_probe ``probe`` result (None where it did not run). Runs when a
+    probe FAILed (an error or wrong elements), HANGed with every rank present (an op that
+    never completed; a rank that never arrived is already named, and pairing it would only
+    hang again), or when an op's busbw at the largest size (``summarize_collectives``, the
+    slowest rank's, as check_collectives holds it) is below ``floor`` (GB/s; None: no floor).
+    Returns ``{"run": bool, "ops": [the one op the rounds run: all_reduce when it went wrong
+    or nothing op-specific did, else the first op that did], "reason": str}``.
+    """
+    reasons = [f"{host}: {p['status']} ({p.get('error') or p.get('stage')})" for host, p in sorted(probes.items())
+               if p and (p.get("status") == "FAIL" or (p.get("status") == "HANG" and not p.get("missing_hosts")))]
+    summary = summarize_collectives({h: {"probe": p} for h, p in probes.items()})
+    ops = {op for op, rows in summary.items() if any(r["wrong"] for r in rows)}
+    if floor is not None:
+        for op, rows in sorted(summary.items()):
+            if rows[-1]["busbw_gbps"] < floor:
+                ops.add(op)
+                reasons.append(f"{op} busbw {rows[-1]['busbw_gbps']:.3g} GB/s below {floor:g}")
+    # one op is enough to tell the node or link apart (each round then costs one op at the largest size)
+    op = "all_reduce" if "all_reduce" in ops or not ops else sorted(ops)[0]
+    return {"run": bool(reasons), "ops": [op], "reason": "; ".join(reasons)}
+
+
 def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """Collectives ran on every rank, gave correct results, and (optionally) reached a busbw floor.
 

@@ -27,7 +27,6 @@ from ansible.module_utils.ncclprep.checks.model import (
     intent_of,
     majority,
     make_check,
-    verdict,
 )
 from ansible.module_utils.ncclprep.parsers.ibstat import link_rate_gbps
 from ansible.module_utils.ncclprep.portstate import LINK_DOWN_COUNTERS, counter_growth
@@ -91,12 +90,12 @@ def check_rdma(records: dict[str, HostRecord], ctx: Context) -> Check:
                                                   f"(RoCE v2 at {', '.join(map(str, v2))})")
     n_ports = sum(len(p) for p in ports.values())
     if fails:
-        return verdict("links.rdma", fails, expected={"rate_gbps": usual, "gid": "RoCE v2 on RoCE ports"},
-                       message="RDMA ports wrong on "
-                               + "; ".join(f"{h}: {', '.join(v)}" for h, v in sorted(fails.items())),
-                       remediation="bring the port up at full rate (cable, switch port, firmware); give the RoCE "
-                                   "netdev its IP address; set NCCL_IB_GID_INDEX to a RoCE v2 index (show_gids)",
-                       passed="")
+        return make_check("links.rdma", "FAIL", fails, measured=fails,
+                          expected={"rate_gbps": usual, "gid": "RoCE v2 on RoCE ports"},
+                          message="RDMA ports wrong on "
+                                  + "; ".join(f"{h}: {', '.join(v)}" for h, v in sorted(fails.items())),
+                          remediation="bring the port up at full rate (cable, switch port, firmware); give the RoCE "
+                                      "netdev its IP address; set NCCL_IB_GID_INDEX to a RoCE v2 index (show_gids)")
     if warns:
         return make_check("links.rdma", "WARN", warns, measured=warns,
                           message="; ".join(f"{h}: {', '.join(v)}" for h, v in sorted(warns.items())),
@@ -121,13 +120,12 @@ def check_counters(records: dict[str, HostRecord], ctx: Context) -> Check:
             return ", ".join(f"{port} {', '.join(f'{c} +{n}' for c, n in sorted(cs.items()))}"
                              for port, cs in sorted(ports.items()))
         down = sorted(h for h, ports in grew.items() if any(set(cs) & set(LINK_DOWN_COUNTERS) for cs in ports.values()))
-        return verdict("links.counters", grew, expected="no growth during the run",
-                       message="port counters grew during the run: "
-                               + "; ".join(f"{h}: {words(p)}" for h, p in sorted(grew.items()))
-                               + (f" (link went down on {', '.join(down)})" if down else ""),
-                       remediation="check the cable, transceiver and switch port of that link (ethtool -S, "
-                                   "perfquery, the switch's port errors); reseat or replace it",
-                       passed="")
+        return make_check("links.counters", "FAIL", grew, measured=grew, expected="no growth during the run",
+                          message="port counters grew during the run: "
+                                  + "; ".join(f"{h}: {words(p)}" for h, p in sorted(grew.items()))
+                                  + (f" (link went down on {', '.join(down)})" if down else ""),
+                          remediation="check the cable, transceiver and switch port of that link (ethtool -S, "
+                                      "perfquery, the switch's port errors); reseat or replace it")
     n = sum(len(after.get("rdma") or {}) + len(after.get("net") or {}) for _before, after in pairs.values())
     if reset:
         return make_check("links.counters", "WARN", reset, measured=reset,
