@@ -1,11 +1,16 @@
-"""The ``ncclprep`` command: site.yml and validate.yml through ansible-runner, and reports.
+"""The ``ncclprep`` command: the local cluster, provisioning, the preflight, its reports, the doctor.
 
-    ncclprep site -i inventory/<env> [-- ansible-playbook args]
-    ncclprep validate -i inventory/<env> [-- ansible-playbook args]
-    ncclprep report [RUN_DIR]        # print summary.md of a run (default reports/latest)
+    ncclprep cluster up [--nodes N] | down      the local podman cluster (playbooks/local_cluster.yml)
+    ncclprep provision -i INVENTORY [ARGS...]   provision every node (site.yml)
+    ncclprep validate -i INVENTORY [ARGS...]    the preflight: check, measure, report (validate.yml)
+    ncclprep report [RUN] [--compare RUN] [--format md|html|json|junit] [-o FILE]
+    ncclprep doctor [--json] FILE...            read a failed job's logs and tool output offline
 
-Exit status: that of ansible-playbook for site/validate (2 when a check is FAIL
-or HANG); for report 0 when the run is PASS, 2 when FAIL, 1 when no report exists.
+ARGS are passed to ansible-playbook as given (-l, -e, --check, --tags ...). Progress is one
+live line (stage, host, elapsed); -v shows ansible-playbook's own output instead.
+
+Exit codes: 0 all passed; 1 a check failed or hung (or, for report --compare, a new failure);
+2 bad input or usage (refused before anything changed); 3 could not run.
 """
 
 from __future__ import annotations
@@ -16,59 +21,215 @@ import os
 import sys
 
 from ncclprep import REPO_ROOT, __version__
+from ncclprep.runner import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_COULD_NOT_RUN, EXIT_PASS, RunResult, run_playbook
+
+EPILOG = ("exit codes: 0 all passed; 1 a check failed or hung; 2 bad input or usage; 3 could not run. "
+          "Other arguments go to ansible-playbook as given.")
+REPORTS = os.path.join(REPO_ROOT, "reports")
+FORMATS = ("md", "html", "json", "junit")
 
 
-def _playbook(name: str, args: argparse.Namespace) -> int:
-    import ansible_runner
-
-    cmdline = [os.path.join(REPO_ROOT, f"{name}.yml"), "-i", args.inventory, *args.extra]
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, "ansible.cfg"))
-    os.environ.update(env)
-    _out, _err, rc = ansible_runner.run_command(
-        executable_cmd="ansible-playbook",
-        cmdline_args=cmdline,
-        host_cwd=REPO_ROOT,
-        input_fd=sys.stdin,
-        output_fd=sys.stdout,
-        error_fd=sys.stderr,
-    )
-    return rc
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
 
 
-def _report(args: argparse.Namespace) -> int:
-    run = args.run_dir or os.path.join(REPO_ROOT, "reports", "latest")
-    cluster_json = os.path.join(run, "cluster.json")
-    if not os.path.exists(cluster_json):
-        print(f"ncclprep: no report at {run} (run validate.yml first)", file=sys.stderr)
-        return 1
-    with open(os.path.join(run, "summary.md"), encoding="utf-8") as fh:
-        sys.stdout.write(fh.read())
-    with open(cluster_json, encoding="utf-8") as fh:
-        status = json.load(fh)["status"]
-    print(f"\nreport: {os.path.realpath(run)}")
-    return 0 if status == "PASS" else 2
+def _recap_table(result: RunResult) -> list[str]:
+    lines = ["| host | ok | changed | failed | unreachable |", "|---|---:|---:|---:|---:|"]
+    for host, n in sorted(result.recap.items()):
+        lines.append(f"| {host} | {n['ok']} | {n['changed']} | {n['failed']} | {n['unreachable']} |")
+    return lines
+
+
+def _checks_table(cluster: dict) -> list[str]:
+    """Counts per status, then one row per check that is not PASS (the run's verdicts at a glance)."""
+    checks = cluster.get("checks") or []
+    order = ("HANG", "FAIL", "WARN", "SKIP", "PASS")
+    counts = ", ".join(f"{s} {n}" for s in order if (n := sum(c["status"] == s for c in checks)))
+    lines = [f"{len(checks)} checks on {len(cluster.get('hosts') or [])} hosts: {counts}"]
+    rows = sorted((c for c in checks if c["status"] != "PASS"), key=lambda c: (order.index(c["status"]), c["id"]))
+    if rows:
+        lines += ["", "| status | check | hosts | message |", "|---|---|---|---|"]
+        for c in rows:
+            msg = " ".join(str(c.get("message") or "").split())
+            lines.append(f"| {c['status']} | {c['id']} | {', '.join(c['hosts'])} | {msg[:110]} |")
+    return lines
+
+
+def _explain_failure(result: RunResult, what: str) -> None:
+    """Name what went wrong when no report says it (bad input, an unreachable host, a failed task)."""
+    for f in result.failures[:10]:
+        err = "unreachable" if f.kind == "unreachable" else "failed"
+        print(f"ncclprep: {what}: {f.host} {err} at '{f.task}': {f.message}", file=sys.stderr)
+    if len(result.failures) > 10:
+        print(f"ncclprep: ... and {len(result.failures) - 10} more failed tasks", file=sys.stderr)
+    if not result.failures:
+        for line in result.output_tail:
+            print(f"ncclprep: {line}", file=sys.stderr)
+    if result.error:
+        print(f"ncclprep: {what}: {result.error}", file=sys.stderr)
+
+
+def _playbook_command(args: argparse.Namespace, extra: list[str]) -> int:
+    playbook, label = {"provision": ("site.yml", "provision"), "validate": ("validate.yml", "validate")}[args.command]
+    if args.inventory is None and not os.environ.get("ANSIBLE_INVENTORY"):
+        print(f"ncclprep {args.command}: give the inventory, e.g. -i inventory/local (usage: ncclprep "
+              f"{args.command} --help)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.verbose > 1:
+        extra = ["-" + "v" * (args.verbose - 1), *extra]
+    try:
+        result = run_playbook(playbook, args.inventory, extra, label, verbose=args.verbose > 0)
+    except FileNotFoundError as exc:
+        print(f"ncclprep {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    code = result.exit_code
+    _out()
+    _out(f"ncclprep {args.command}: {'PASS' if code == EXIT_PASS else 'FAIL'} in {result.elapsed_s:.0f} s "
+         f"(exit code {code})")
+    if result.recap:
+        _out()
+        for line in _recap_table(result):
+            _out(line)
+    if result.report and result.report.get("report_dir"):
+        run = result.report["report_dir"]
+        try:
+            with open(os.path.join(run, "cluster.json"), encoding="utf-8") as fh:
+                cluster = json.load(fh)
+        except (OSError, ValueError) as exc:
+            print(f"ncclprep: cannot read {run}/cluster.json: {exc}", file=sys.stderr)
+        else:
+            _out()
+            for line in _checks_table(cluster):
+                _out(line)
+        _out()
+        _out(f"report: {run}/summary.md (report.html, junit.xml, metrics.prom, cluster.json beside it)")
+    if code in (EXIT_BAD_INPUT, EXIT_COULD_NOT_RUN) or (code == EXIT_CHECK_FAILED and not result.report):
+        _explain_failure(result, args.command)
+    return code
+
+
+def _resolve_run(name: str | None) -> str:
+    """A run folder from a path, a run name under reports/ (its UTC stamp) or None (reports/latest).
+
+    Raises FileNotFoundError naming what was looked at.
+    """
+    candidates = [os.path.join(REPORTS, "latest")] if name is None else [name, os.path.join(REPORTS, name)]
+    for path in candidates:
+        if os.path.isfile(os.path.join(path, "cluster.json")):
+            return os.path.realpath(path)
+    raise FileNotFoundError(f"no report at {' or '.join(candidates)} (run ncclprep validate first)")
+
+
+def _report_command(args: argparse.Namespace) -> int:
+    from ansible.module_utils.ncclprep import report
+
+    try:
+        run = _resolve_run(args.run)
+        cluster, hosts = report.load_run(run)
+        old = None
+        if args.compare:
+            old, _ = report.load_run(_resolve_run(args.compare))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"ncclprep report: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if old is not None:
+        diff = report.compare_runs(old, cluster)
+        text = (json.dumps(diff, indent=2, sort_keys=True) + "\n" if args.format == "json"
+                else report.render_compare_markdown(diff))
+        code = EXIT_CHECK_FAILED if diff.get("new_failures") else EXIT_PASS
+    else:
+        text = {"md": lambda: report.render_markdown(cluster),
+                "html": lambda: report.render_html(cluster, hosts),
+                "json": lambda: json.dumps(cluster, indent=2, sort_keys=True) + "\n",
+                "junit": lambda: report.render_junit(cluster)}[args.format]()
+        code = EXIT_PASS if cluster.get("status") == "PASS" else EXIT_CHECK_FAILED
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(f"ncclprep report: wrote {args.output} ({args.format}) from {run}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        if args.format == "md" and old is None:
+            _out(f"\nreport: {run}")
+    return code
+
+
+def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.action == "up" and args.nodes < 2:
+        print(f"ncclprep cluster up: --nodes {args.nodes}: valid: 2 or more nodes", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    state = ["-e", "local_cluster_state=present", "-e", f"local_cluster_nodes={args.nodes}"] if args.action == "up" \
+        else ["-e", "local_cluster_state=absent"]
+    result = run_playbook("playbooks/local_cluster.yml", None, [*state, *extra], f"cluster {args.action}",
+                          verbose=args.verbose > 0)
+    code = EXIT_PASS if result.rc == 0 and not result.failures else EXIT_COULD_NOT_RUN
+    if code == EXIT_PASS:
+        _out(f"ncclprep cluster {args.action}: done in {result.elapsed_s:.0f} s"
+             + (f"; {args.nodes} nodes in inventory/local" if args.action == "up" else ""))
+    else:
+        _explain_failure(result, f"cluster {args.action}")
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command (each has --help)."""
+    parser = argparse.ArgumentParser(prog="ncclprep", description=__doc__.splitlines()[0], epilog=EPILOG,
+                                     allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"ncclprep {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("cluster", help="bring the local podman cluster up or down", epilog=EPILOG,
+                       description="The local test cluster of podman containers (playbooks/local_cluster.yml); "
+                                   "its inventory is inventory/local.", allow_abbrev=False)
+    p.add_argument("action", choices=("up", "down"))
+    p.add_argument("--nodes", type=int, default=3, help="nodes to start (default 3)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="show ansible-playbook's output")
+    for name, text in (("provision", "provision every node (site.yml)"),
+                       ("validate", "the preflight before jobs: check, measure, report (validate.yml)")):
+        p = sub.add_parser(name, help=text, description=text + ". Other arguments go to ansible-playbook.",
+                           epilog=EPILOG, allow_abbrev=False)
+        p.add_argument("-i", "--inventory", help="inventory path, e.g. inventory/local")
+        p.add_argument("-v", "--verbose", action="count", default=0,
+                       help="show ansible-playbook's output instead of the progress line (-vv and more: "
+                            "also pass -v... to ansible-playbook)")
+    p = sub.add_parser("report", help="print, convert or compare the reports of validate runs", epilog=EPILOG,
+                       description="Print a validate run's report (default: reports/latest) in one of the "
+                                   "formats, or what changed since another run.", allow_abbrev=False)
+    p.add_argument("run", nargs="?", help="run folder, or its name under reports/ (default reports/latest)")
+    p.add_argument("--compare", metavar="RUN", help="the earlier run to compare RUN with")
+    p.add_argument("--format", choices=FORMATS, default="md", help="md (default), html, json or junit")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    sub.add_parser("doctor", help="read a failed job's logs and tool output offline", add_help=False)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ncclprep", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"ncclprep {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("site", "provision every node (site.yml)"),
-                       ("validate", "preflight: check, measure, report (validate.yml)")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("-i", "--inventory", required=True, help="inventory path, e.g. inventory/local")
-        p.add_argument("extra", nargs=argparse.REMAINDER, help="more ansible-playbook arguments after --")
-    p = sub.add_parser("report", help="print the summary of a validate run")
-    p.add_argument("run_dir", nargs="?", help="run folder (default reports/latest)")
-    args = parser.parse_args(argv)
-    if args.command == "report":
-        try:
-            return _report(args)
-        except BrokenPipeError:  # `ncclprep report | head`
-            sys.stderr.close()
-            return 0
-    args.extra = [a for a in args.extra if a != "--"]
-    return _playbook(args.command, args)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "doctor":
+        from ncclprep.doctor_cmd import doctor_main
+
+        return doctor_main(argv[1:])
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    extra = [a for a in extra if a != "--"]
+    try:
+        if args.command in ("provision", "validate"):
+            return _playbook_command(args, extra)
+        if extra and args.command == "report":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if args.command == "cluster":
+            return _cluster_command(args, extra)
+        return _report_command(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except BrokenPipeError:  # `ncclprep report | head`
+        sys.stderr.close()
+        return EXIT_PASS
+    except KeyboardInterrupt:
+        print("ncclprep: interrupted", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
 
 
 if __name__ == "__main__":

@@ -1,0 +1,267 @@
+"""Run one of the repository's playbooks through ansible-runner, with a live progress line.
+
+``run_playbook`` starts ``ansible-playbook`` the way ``ansible-playbook <playbook>``
+from the repository root would (same ansible.cfg, same inventory and arguments),
+feeds every event ansible-runner emits to a ``Progress``, and returns a ``RunResult``:
+what failed where, the report the preflight wrote (validate.yml), the play recap,
+and the exit code of the CLI (``exit_code``).
+
+Exit codes of the ``ncclprep`` commands (``EXIT_*``):
+
+- 0: the run passed (every check PASS, WARN or SKIP; provisioning succeeded);
+- 1: a check failed or hung (validate.yml wrote a FAIL report);
+- 2: bad input or usage: an inventory that does not exist, an argument ansible-playbook
+  refuses, or a variable the playbooks' input checks refuse (an ``assert`` or a role's
+  argument spec) before anything changed;
+- 3: could not run: a host unreachable during provisioning, a task that failed for
+  another reason, ansible-playbook not found, or the run interrupted.
+
+The event names and fields read here are those of ansible-runner's event stream
+(https://ansible.readthedocs.io/projects/runner/en/latest/intro/#runner-artifact-job-events):
+``event`` (``playbook_on_play_start``, ``playbook_on_task_start``, ``runner_on_ok``,
+``runner_on_failed``, ``runner_on_unreachable``, ``runner_retry``, ``runner_on_skipped``,
+``playbook_on_stats``) and ``event_data`` (``task``, ``task_action``, ``host``, ``res``,
+``ignore_errors``, and the recap dicts ``ok``, ``changed``, ``failures``, ``dark``, ``skipped``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from typing import IO
+
+from ncclprep import REPO_ROOT
+
+EXIT_PASS = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_COULD_NOT_RUN = 3
+
+#: Task actions whose failure means "the input was refused before any change".
+INPUT_ACTIONS = frozenset({"assert", "ansible.builtin.assert", "validate_argument_spec",
+                           "ansible.builtin.validate_argument_spec"})
+#: The preflight's task that fails the run on a FAIL report (roles/preflight/tasks/report.yml).
+VERDICT_TASK = "Fail the run when a check failed or hung"
+#: The module that writes the preflight's reports (library/cluster_report.py).
+REPORT_ACTIONS = frozenset({"cluster_report"})
+#: ansible-playbook's own exit codes for bad options and for a parse error of the playbook or
+#: inventory (ansible-core lib/ansible/cli/__init__.py: 5 = bad options, 4 = parser error).
+PLAYBOOK_USAGE_RCS = frozenset({4, 5})
+
+
+@dataclasses.dataclass
+class Failure:
+    """One failed task on one host: ``kind`` is ``failed`` or ``unreachable``."""
+
+    host: str
+    task: str
+    action: str
+    message: str
+    kind: str = "failed"
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What one playbook run did.
+
+    ``rc`` is ansible-playbook's exit status; ``failures`` the failed or unreachable tasks
+    (not those with ignore_errors); ``report`` the cluster_report module's result
+    (``status``, ``report_dir``, ``problems``) when the preflight wrote one, else None;
+    ``recap`` host -> {ok, changed, failed, unreachable, skipped} counts; ``elapsed_s`` seconds.
+    """
+
+    rc: int
+    failures: list[Failure] = dataclasses.field(default_factory=list)
+    report: dict | None = None
+    recap: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    elapsed_s: float = 0.0
+    error: str | None = None
+    output_tail: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self)
+
+
+def exit_code(result: RunResult) -> int:
+    """The CLI's exit code (``EXIT_*``) for one run, by the rules of the module docstring.
+
+    A report written in this run decides between 0 and 1, unless an input check failed too;
+    with no report, a refused input is 2 and any other failure 3.
+    """
+    if result.error is not None:
+        return EXIT_COULD_NOT_RUN
+    if any(f.kind == "failed" and f.action in INPUT_ACTIONS for f in result.failures):
+        return EXIT_BAD_INPUT
+    if result.report is not None:
+        return EXIT_PASS if result.report.get("status") == "PASS" else EXIT_CHECK_FAILED
+    others = [f for f in result.failures if f.task != VERDICT_TASK]
+    if result.rc == 0 and not others:
+        return EXIT_PASS
+    if result.rc in PLAYBOOK_USAGE_RCS and not result.failures:
+        return EXIT_BAD_INPUT
+    return EXIT_COULD_NOT_RUN
+
+
+def _message(res) -> str:
+    if not isinstance(res, dict):
+        return str(res)
+    msg = res.get("msg") or res.get("stderr") or res.get("reason") or ""
+    if isinstance(msg, list):
+        msg = "; ".join(str(m) for m in msg)
+    return " ".join(str(msg).split())[:400]
+
+
+class Progress:
+    """Consumes ansible-runner events; keeps the run's state and draws a progress line.
+
+    On a terminal the line is redrawn in place (``[mm:ss] label | task | host state |
+    ok N changed N failed N``) and a failure stays on a line of its own; elsewhere (a CI log)
+    one line per task start and one per failure are printed.
+    With ``verbose`` ansible-playbook's own output is shown instead and nothing is drawn.
+    """
+
+    def __init__(self, label: str, stream: IO[str] | None = None, verbose: bool = False,
+                 clock=time.monotonic) -> None:
+        self.label, self.verbose, self.clock = label, verbose, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = clock()
+        self.task = ""
+        self.tasks = 0
+        self.counts = {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0}
+        self.failures: list[Failure] = []
+        self.report: dict | None = None
+        self.recap: dict[str, dict[str, int]] = {}
+        self._width = 0
+
+    def elapsed(self) -> str:
+        s = int(self.clock() - self.start)
+        return f"{s // 60:02d}:{s % 60:02d}"
+
+    def __call__(self, event: dict) -> bool:
+        """ansible-runner's ``event_handler``: update the state, redraw; True keeps the event."""
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        host = data.get("host") or ""
+        if kind == "playbook_on_task_start":
+            self.task, self.tasks = data.get("task") or data.get("name") or "", self.tasks + 1
+            self._draw("", newline=not self.tty)
+        elif kind == "runner_on_ok":
+            res = data.get("res") or {}
+            self.counts["changed" if res.get("changed") else "ok"] += 1
+            if data.get("task_action") in REPORT_ACTIONS and isinstance(res, dict) and "status" in res:
+                self.report = {k: res.get(k) for k in ("status", "report_dir", "problems")}
+            self._draw(f"{host} ok")
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            self.counts["failed"] += 1
+            self.failures.append(Failure(host, data.get("task") or self.task, data.get("task_action") or "",
+                                         _message(data.get("res"))))
+            self._draw(f"{host} FAILED: {self.failures[-1].message[:160]}", newline=True)
+        elif kind == "runner_on_unreachable":
+            self.counts["unreachable"] += 1
+            self.failures.append(Failure(host, data.get("task") or self.task, data.get("task_action") or "",
+                                         _message(data.get("res")), kind="unreachable"))
+            self._draw(f"{host} UNREACHABLE: {self.failures[-1].message[:160]}", newline=True)
+        elif kind == "runner_retry":
+            left = (data.get("res") or {}).get("retries", 0) - (data.get("res") or {}).get("attempts", 0)
+            self._draw(f"{host} waiting ({left} tries left)")
+        elif kind == "playbook_on_stats":
+            for key, name in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
+                              ("dark", "unreachable"), ("skipped", "skipped")):
+                for h, n in (data.get(key) or {}).items():
+                    self.recap.setdefault(h, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0,
+                                              "skipped": 0})[name] = n
+        return True
+
+    def _draw(self, state: str, newline: bool = False) -> None:
+        if self.verbose or (not self.tty and not newline):
+            return
+        c = self.counts
+        line = (f"[{self.elapsed()}] {self.label} | {self.task}" + (f" | {state}" if state else "")
+                + f" | ok {c['ok']} changed {c['changed']} failed {c['failed'] + c['unreachable']}")
+        if self.tty:
+            cols = shutil.get_terminal_size((100, 20)).columns
+            line = line[: cols - 1]
+            self.stream.write("\r" + line.ljust(self._width) + ("\n" if newline else ""))
+            self._width = 0 if newline else len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the live line (a newline on a terminal)."""
+        if self.tty and not self.verbose and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def playbook_env() -> dict[str, str]:
+    """Environment of ansible-playbook: the repository's ansible.cfg, the venv's tools first on PATH,
+    and the local cluster's podman settings where bring-up wrote them (as scripts/env.sh sets)."""
+    env = {"ANSIBLE_CONFIG": os.path.join(REPO_ROOT, "ansible.cfg")}
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    conf = os.path.join(REPO_ROOT, ".cluster", "containers.conf")
+    if os.path.isfile(conf):
+        env["CONTAINERS_CONF"] = conf
+    return env
+
+
+def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: str,
+                 verbose: bool = False, stream: IO[str] | None = None) -> RunResult:
+    """Run ``playbook`` (a path relative to the repository root) and return what happened.
+
+    ``inventory``: a path (relative to the current folder) or None for ansible.cfg's;
+    ``extra``: more ansible-playbook arguments, passed as given (``-l``, ``-e``, ``--check``...).
+    Never raises for a failed run: a failure is in the result. Raises FileNotFoundError for an
+    inventory path that does not exist (the caller reports it as bad input).
+    """
+    import ansible_runner
+
+    args = list(extra)
+    if inventory is not None:
+        inv = os.path.abspath(inventory)
+        if not os.path.exists(inv):
+            raise FileNotFoundError(f"inventory {inventory!r} does not exist (looked at {inv})")
+        args = ["-i", inv, *args]
+    progress = Progress(label, stream=stream, verbose=verbose)
+    private = tempfile.mkdtemp(prefix="ncclprep-run-")
+    env = dict(os.environ, **playbook_env())
+    started = time.monotonic()
+    saved = dict(os.environ)
+    try:
+        # ansible-runner passes `envvars` only to the child; PATH must also be right for the
+        # lookup of ansible-playbook itself, so the parent's environment is set for the call.
+        os.environ.update(env)
+        runner = ansible_runner.run(
+            private_data_dir=private, project_dir=REPO_ROOT, playbook=playbook,
+            cmdline=" ".join(shlex.quote(a) for a in args), envvars=env,
+            event_handler=progress, quiet=not verbose, suppress_env_files=True,
+        )
+        rc = runner.rc if isinstance(runner.rc, int) else EXIT_COULD_NOT_RUN
+        error = None if runner.status in ("successful", "failed") else f"ansible-playbook {runner.status}"
+        tail = _tail(runner) if rc != 0 and not progress.failures else []
+    except KeyboardInterrupt:
+        rc, error, tail = 130, "interrupted", []
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        progress.close()
+        shutil.rmtree(private, ignore_errors=True)
+    return RunResult(rc=rc, failures=progress.failures, report=progress.report, recap=progress.recap,
+                     elapsed_s=round(time.monotonic() - started, 1), error=error, output_tail=tail)
+
+
+def _tail(runner, lines: int = 15) -> list[str]:
+    """The last lines ansible-playbook printed (its own error for a refused argument or inventory)."""
+    try:
+        text = runner.stdout.read()
+    except (OSError, AttributeError):
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-lines:]

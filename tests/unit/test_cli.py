@@ -1,0 +1,220 @@
+"""The ncclprep CLI without a cluster: exit codes from ansible-runner events, the progress line, usage."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from ncclprep import cli, runner
+from ncclprep.runner import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_COULD_NOT_RUN, EXIT_PASS, Progress, RunResult
+
+
+def ev(kind, **data):
+    return {"event": kind, "event_data": data}
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def feed(events, tty=False):
+    stream = io.StringIO()
+    stream.isatty = lambda: tty
+    clock = Clock()
+    progress = Progress("validate", stream=stream, clock=clock)
+    for e in events:
+        clock.t += 5
+        assert progress(e) is True
+    progress.close()
+    return progress, stream.getvalue()
+
+
+REPORT_OK = ev("runner_on_ok", host="node1", task="Evaluate the checks and write the reports",
+               task_action="cluster_report", res={"changed": True, "status": "FAIL", "report_dir": "/r/x",
+                                                  "problems": ["FAIL sysctl [node2]: ..."]})
+VERDICT = ev("runner_on_failed", host="node1", task=runner.VERDICT_TASK, task_action="ansible.builtin.fail",
+             res={"msg": ["Preflight FAIL (report: /r/x)", "FAIL sysctl [node2]: somaxconn 128"]})
+INPUT = ev("runner_on_failed", host="node2", task="Check preflight_probe_local_ranks",
+           task_action="ansible.builtin.assert",
+           res={"msg": "node2: preflight_probe_local_ranks=0: valid: null or an integer >= 1"})
+
+
+def result_of(events, rc):
+    progress, _ = feed(events)
+    return RunResult(rc=rc, failures=progress.failures, report=progress.report, recap=progress.recap)
+
+
+@pytest.mark.parametrize("events,rc,code", [
+    ([ev("runner_on_ok", host="n1", task="t", task_action="x", res={})], 0, EXIT_PASS),
+    ([dict(REPORT_OK, event_data=dict(REPORT_OK["event_data"], res=dict(REPORT_OK["event_data"]["res"],
+                                                                         status="PASS")))], 0, EXIT_PASS),
+    ([REPORT_OK, VERDICT], 2, EXIT_CHECK_FAILED),
+    ([INPUT], 2, EXIT_BAD_INPUT),
+    # an input refused on one host while the others ran on to a report: still bad input
+    ([INPUT, REPORT_OK, VERDICT], 2, EXIT_BAD_INPUT),
+    ([ev("runner_on_unreachable", host="node3", task="Gather", task_action="setup",
+         res={"msg": "ssh: connect to host node3 port 22: No route to host"})], 4, EXIT_COULD_NOT_RUN),
+    ([ev("runner_on_failed", host="node1", task="Apply", task_action="ansible.builtin.template",
+         res={"msg": "disk full"})], 2, EXIT_COULD_NOT_RUN),
+    # a failure that the play ignores is no failure
+    ([ev("runner_on_failed", host="node1", task="Try", task_action="command", ignore_errors=True,
+         res={"msg": "x"})], 0, EXIT_PASS),
+    # ansible-playbook refused its arguments (rc 5) or could not parse the inventory (4)
+    ([], 5, EXIT_BAD_INPUT),
+    ([], 4, EXIT_BAD_INPUT),
+    ([], 250, EXIT_COULD_NOT_RUN),
+])
+def test_exit_code_from_events(events, rc, code):
+    assert result_of(events, rc).exit_code == code
+
+
+def test_exit_code_when_the_runner_itself_failed():
+    assert RunResult(rc=0, error="ansible-playbook timeout").exit_code == EXIT_COULD_NOT_RUN
+
+
+def test_progress_keeps_failures_report_and_recap():
+    events = [ev("playbook_on_task_start", task="Read every node"), INPUT, REPORT_OK, VERDICT,
+              ev("playbook_on_stats", ok={"node1": 7, "node2": 3}, changed={"node1": 1}, failures={"node2": 1},
+                 dark={}, skipped={"node1": 2})]
+    progress, _ = feed(events)
+    assert [(f.host, f.action, f.kind) for f in progress.failures] == [
+        ("node2", "ansible.builtin.assert", "failed"), ("node1", "ansible.builtin.fail", "failed")]
+    assert progress.failures[1].message == "Preflight FAIL (report: /r/x); FAIL sysctl [node2]: somaxconn 128"
+    assert progress.report == {"status": "FAIL", "report_dir": "/r/x", "problems": ["FAIL sysctl [node2]: ..."]}
+    assert progress.recap["node1"] == {"ok": 7, "changed": 1, "failed": 0, "unreachable": 0, "skipped": 2}
+    assert progress.recap["node2"]["failed"] == 1
+    assert progress.counts == {"ok": 0, "changed": 1, "failed": 2, "unreachable": 0}
+
+
+def test_progress_line_in_a_log_is_one_line_per_task_with_elapsed_time():
+    events = [ev("playbook_on_task_start", task="Read every node"),
+              ev("runner_on_ok", host="node1", task="Read every node", res={}),
+              ev("playbook_on_task_start", task="Wait for the collectives"),
+              ev("runner_retry", host="node2", res={"retries": 91, "attempts": 3}),
+              ev("runner_on_failed", host="node2", task="Wait for the collectives", res={"msg": "HANG"})]
+    _, text = feed(events)
+    assert text.splitlines() == [
+        "[00:05] validate | Read every node | ok 0 changed 0 failed 0",
+        "[00:15] validate | Wait for the collectives | ok 1 changed 0 failed 0",
+        "[00:25] validate | Wait for the collectives | node2 FAILED: HANG | ok 1 changed 0 failed 1"]
+
+
+def test_progress_line_on_a_terminal_is_redrawn_in_place(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    events = [ev("playbook_on_task_start", task="Wait for the collectives"),
+              ev("runner_retry", host="node2", res={"retries": 91, "attempts": 3}),
+              ev("runner_on_unreachable", host="node3", task="Wait for the collectives", res={"msg": "gone"})]
+    progress, text = feed(events, tty=True)
+    assert "\r[00:10] validate | Wait for the collectives | node2 waiting (88 tries left) | ok 0" in text
+    assert "node3 UNREACHABLE: gone | ok 0 changed 0 failed 1" in text
+    # one live line, redrawn; the failure stays on a line of its own
+    assert text.count("\r") == 3 and text.endswith("\n") and text.count("\n") == 1
+    assert progress.failures[0].kind == "unreachable"
+
+
+def test_progress_line_is_cut_to_the_terminal_width(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    _, text = feed([ev("playbook_on_task_start", task="Wait for the collectives, deadline in seconds 120")], tty=True)
+    assert text == "\r" + "[00:05] validate | Wait for the collectives, deadline in seconds 120"[:39] + "\n"
+
+
+def test_verbose_progress_draws_nothing():
+    stream = io.StringIO()
+    progress = Progress("validate", stream=stream, verbose=True)
+    progress(ev("playbook_on_task_start", task="x"))
+    progress.close()
+    assert stream.getvalue() == ""
+
+
+def test_validate_without_inventory_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.delenv("ANSIBLE_INVENTORY", raising=False)
+    assert cli.main(["validate"]) == EXIT_BAD_INPUT
+    assert "give the inventory, e.g. -i inventory/local" in capsys.readouterr().err
+
+
+def test_missing_inventory_is_bad_input_before_anything_runs(capsys, monkeypatch):
+    monkeypatch.setattr(runner, "Progress", None)  # nothing may start
+    assert cli.main(["provision", "-i", "inventory/nowhere"]) == EXIT_BAD_INPUT
+    assert "inventory 'inventory/nowhere' does not exist" in capsys.readouterr().err
+
+
+def test_arguments_go_to_ansible_playbook_as_given(monkeypatch, capsys):
+    seen = {}
+
+    def fake(playbook, inventory, extra, label, verbose=False, stream=None):
+        seen.update(playbook=playbook, inventory=inventory, extra=extra, verbose=verbose)
+        return RunResult(rc=0, recap={"node1": {"ok": 3, "changed": 1, "failed": 0, "unreachable": 0}})
+
+    monkeypatch.setattr(cli, "run_playbook", fake)
+    assert cli.main(["provision", "-i", "inventory/local", "-l", "node1", "-e", "x=1", "--check", "-vv"]) == 0
+    assert seen == {"playbook": "site.yml", "inventory": "inventory/local", "extra": ["-v", "-l", "node1", "-e",
+                                                                                       "x=1", "--check"],
+                    "verbose": True}
+    out = capsys.readouterr().out
+    assert "ncclprep provision: PASS" in out and "| node1 | 3 | 1 | 0 | 0 |" in out
+
+
+def test_validate_prints_the_check_table_and_the_report(monkeypatch, capsys, tmp_path):
+    cluster = {"status": "FAIL", "hosts": ["node1", "node2"], "checks": [
+        {"id": "sysctl.net.core.somaxconn", "status": "FAIL", "hosts": ["node2"], "message": "node2: 128 < 4096"},
+        {"id": "net.latency", "status": "PASS", "hosts": [], "message": "ok"},
+        {"id": "torchrun.smoke", "status": "SKIP", "hosts": [], "message": "off"}]}
+    (tmp_path / "cluster.json").write_text(json.dumps(cluster))
+
+    def fake(*a, **k):
+        return RunResult(rc=2, report={"status": "FAIL", "report_dir": str(tmp_path), "problems": []})
+
+    monkeypatch.setattr(cli, "run_playbook", fake)
+    assert cli.main(["validate", "-i", "inventory/local"]) == EXIT_CHECK_FAILED
+    out = capsys.readouterr().out
+    assert "3 checks on 2 hosts: FAIL 1, SKIP 1, PASS 1" in out
+    assert "| FAIL | sysctl.net.core.somaxconn | node2 | node2: 128 < 4096 |" in out
+    assert "net.latency" not in out and f"report: {tmp_path}/summary.md" in out
+
+
+def test_failed_provisioning_names_host_and_task(monkeypatch, capsys):
+    def fake(*a, **k):
+        return RunResult(rc=4, failures=[runner.Failure("node3", "Gathering Facts", "setup", "No route to host",
+                                                        kind="unreachable")])
+
+    monkeypatch.setattr(cli, "run_playbook", fake)
+    assert cli.main(["provision", "-i", "inventory/local"]) == EXIT_COULD_NOT_RUN
+    assert "ncclprep: provision: node3 unreachable at 'Gathering Facts': No route to host" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["validate", "--help"], ["provision", "--help"], ["cluster", "--help"],
+                                  ["report", "--help"]])
+def test_every_command_has_help(argv, capsys):
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ncclprep") and "exit codes: 0 all passed; 1 a check failed" in out
+
+
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["cluster"], ["cluster", "sideways"], ["report", "--format",
+                                                                                             "pdf"]])
+def test_usage_errors_exit_2(argv, capsys):
+    assert cli.main(argv) == EXIT_BAD_INPUT
+    assert "usage: ncclprep" in capsys.readouterr().err
+
+
+def test_cluster_up_refuses_one_node(capsys):
+    assert cli.main(["cluster", "up", "--nodes", "1"]) == EXIT_BAD_INPUT
+    assert "--nodes 1: valid: 2 or more nodes" in capsys.readouterr().err
+
+
+def test_report_of_a_missing_run_is_bad_input(capsys, tmp_path):
+    assert cli.main(["report", str(tmp_path / "nothing")]) == EXIT_BAD_INPUT
+    assert "no report at" in capsys.readouterr().err
+
+
+def test_playbook_env_uses_the_repo_config_and_this_python():
+    env = runner.playbook_env()
+    assert env["ANSIBLE_CONFIG"] == os.path.join(runner.REPO_ROOT, "ansible.cfg")
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(os.sys.executable)
