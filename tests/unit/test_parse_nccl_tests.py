@@ -44,8 +44,11 @@ def test_wrong_results_diagnosis_fails_with_counts(case):
     assert findings[0]["wrong"] == [{"size": 524288, "out_of_place": 237858, "in_place": 238038}]
     assert "data corruption" in findings[0]["message"]
     assert findings[1]["line_rate_gbps"] == 12.5 and findings[1]["peak_busbw_gbps"] == 0.92
-    # without a line rate only the corruption is judged
-    assert [f["id"] for f in diagnose_nccl_tests(parsed)] == ["nccl_tests.wrong_results"]
+    # without a line rate the corruption is judged and the peak is set against a 100 Gb/s link
+    plain = diagnose_nccl_tests(parsed)
+    assert [(f["id"], f["severity"]) for f in plain] == [("nccl_tests.wrong_results", "FAIL"),
+                                                         ("nccl_tests.peak_busbw", "INFO")]
+    assert "far under even a 100 Gb/s link" in plain[1]["message"] and plain[1]["peak_busbw_gbps"] == 0.92
 
 
 def test_old_rows_without_root_na_wrong_and_garbled_lines():
@@ -61,4 +64,4 @@ def test_old_rows_without_root_na_wrong_and_garbled_lines():
                                   "        16             4     float     sum    12.1    0.00    0.00",
                                   "# Avg bus bandwidth    : nan-ish"]
     assert (parsed["out_of_bounds"], parsed["out_of_bounds_ok"]) == (3, False)
-    assert [f["id"] for f in diagnose_nccl_tests(parsed)] == ["nccl_tests.out_of_bounds"]
+    assert [f["id"] for f in diagnose_nccl_tests(parsed)] == ["nccl_tests.out_of_bounds", "nccl_tests.peak_busbw"]

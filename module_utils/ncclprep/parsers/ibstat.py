@@ -189,7 +189,7 @@ def diagnose_ib_ports(ports: list[dict], host: str | None = None) -> list[dict]:
     """Findings for flat port dicts (from ``parse_ib_status``) of one host.
 
     - WARN ``ib.port_down`` per port that is not Active/LinkUp, subject the device, with
-      ``rate_gbps=None`` (the printed rate of a down port is not a speed).
+      ``rate_gbps=None`` (the printed rate of a down port is not a speed, and the message says so).
     - INFO ``ib.usable_hcas`` when some HCA has no port up, with ``usable`` (device names) and
       ``total_rate_gbps``, the sum of ``link_rate_gbps`` over the up ports (Gb/s).
     - FAIL ``ib.no_subnet_manager`` for an InfiniBand port whose link is up (LinkUp) but
@@ -211,10 +211,13 @@ def diagnose_ib_ports(ports: list[dict], host: str | None = None) -> list[dict]:
                                "start a subnet manager (opensm or the switch's SM) on this fabric", host=host,
                                port=p["port"]))
         elif not port_is_up(p):
+            rate = (f"; its printed rate {p['rate_gbps']:g} is not a link speed" if p.get("rate_gbps") is not None
+                    else "; it prints no rate (unknown)")
             out.append(finding("ib.port_down", "WARN", p["device"],
                                f"{name} is down (state {p.get('state')}, physical state {p.get('physical_state')});"
-                               " NCCL cannot use it", "enable and cable the port, or leave it out of NCCL_IB_HCA",
-                               host=host, port=p["port"], rate_gbps=None))
+                               f" NCCL cannot use it{rate}",
+                               "enable and cable the port, or leave it out of NCCL_IB_HCA", host=host,
+                               port=p["port"], rate_gbps=None))
     if len(usable) < len(devices):
         total = sum(link_rate_gbps(p) or 0 for p in ports)
         out.append(finding("ib.usable_hcas", "INFO", subject_host,

@@ -86,7 +86,9 @@ def diagnose_ip_link(parsed: dict, host: str | None = None) -> list[dict]:
         if link["state"] == "DOWN":
             admin = "UP" not in link["flags"]
             out.append(finding("ip.ipoib_down", "WARN", link["name"],
-                               f"{link['name']} is DOWN ({'administratively down' if admin else 'no carrier'})",
+                               f"{link['name']} is DOWN ({'administratively down' if admin else 'no carrier'})"
+                               + (f"; MTU {link['mtu']} is a normal IPoIB MTU, not a fault by itself"
+                                  if link["mtu"] in IPOIB_NORMAL_MTUS else ""),
                                f"ip link set {link['name']} up; check the IB port with ibstat", host=host,
                                mtu=link["mtu"]))
         if link["mtu"] is not None and link["mtu"] not in IPOIB_NORMAL_MTUS:

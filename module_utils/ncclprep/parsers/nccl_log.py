@@ -11,6 +11,8 @@ it such as ``[trainer3]:`` ignored):
 - ``nccl...Error: text`` lines and the socket "family N is neither AF_INET nor AF_INET6" error;
 - ring/channel hops ``Ring 00 : 3[3] -> 2[2] via P2P/IPC`` (older NCCL) and
   ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0`` (newer);
+- communicator init lines ``comm 0x55.. rank 3 nranks 16 cudaDev 3 nvmlDev 3 busId 1b000 commId 0x8f..
+  - Init START`` (and ``- Init COMPLETE``; NCCL before 2.18 prints no nvmlDev/commId), one per rank;
 - the library: ``NCCL version 2.5.6+cuda10.0`` (2.4-2.18 print it bare, later ones with the
   ``host:pid:tid [dev] NCCL INFO`` prefix), ``Using network IB`` (or Socket, or a plugin's
   name such as IBext_v8), the HCAs of ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO];
@@ -51,6 +53,9 @@ _BOOTSTRAP_RE = re.compile(r"\bBootstrap ?: Using (\S+?):(\S+?)<\d+>")
 _GDR_RE = re.compile(r"\bGPU Direct RDMA (Enabled|Disabled)\b")
 _PLUGIN_RE = re.compile(r"\b(NET/Plugin ?: .*?|Using (?:non-device )?net plugin version \d+|Plugin Path : \S+"
                         r"|P2P plugin \S+)\s*$")
+_INIT_RE = re.compile(r"\bcomm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(.*?)- Init (START|COMPLETE)\b")
+_BUSID_RE = re.compile(r"\bbusId ([0-9a-fA-F]+)")
+_COMMID_RE = re.compile(r"\bcommId (0x[0-9a-fA-F]+)")
 _NOISE_RE = re.compile(r"^\.\.\.$|(?:^|:)Last error:$")  # elision marks and the header of an error's text
 
 #: ibv_wc_status numbers (rdma-core libibverbs/verbs.h) that NCCL prints as "completion error N".
@@ -84,13 +89,15 @@ def parse_nccl_log(text: str) -> dict:
     "src_dev", "dst", "dst_dev", "direction", "transport"}], "versions": [version], "cuda": str | None,
     "network": str | None, "ib_devices": [{"device", "port", "link_layer"}], "oob": {"interface",
     "address"} | None, "bootstrap": {"interface", "address"} | None, "gdr": [bool], "net_plugin":
-    [what the NET/Plugin lines said], "unparsed": [lines]}``. Ranks and
+    [what the NET/Plugin lines said], "ranks": [{"host", "pid", "comm", "comm_id" (None before NCCL
+    2.18), "rank", "nranks", "cuda_dev", "bus_id", "state": "START" | "COMPLETE"}], "unparsed": [lines]}``. Ranks and
     devices not printed in brackets are None. Lines that are only ``...`` or ``Last error:``
     are understood and skipped. Never raises.
     """
     out: dict = {"socket_interfaces": [], "env": {}, "warnings": [], "ib_completion_errors": [], "errors": [],
                  "socket_family_errors": [], "hops": [], "versions": [], "cuda": None, "network": None,
-                 "ib_devices": [], "oob": None, "bootstrap": None, "gdr": [], "net_plugin": [], "unparsed": []}
+                 "ib_devices": [], "oob": None, "bootstrap": None, "gdr": [], "net_plugin": [], "ranks": [],
+                 "unparsed": []}
     in_socket_list = False
     for line in text.splitlines():
         stripped = line.strip()
@@ -106,6 +113,14 @@ def parse_nccl_log(text: str) -> dict:
         if _library_line(stripped, out):
             continue
         pre = _prefix(stripped)
+        init = _INIT_RE.search(stripped)
+        if init:
+            bus, comm_id = _BUSID_RE.search(init.group(5)), _COMMID_RE.search(init.group(5))
+            out["ranks"].append({"host": pre["host"], "pid": pre["pid"], "comm": init.group(1),
+                                 "comm_id": comm_id.group(1) if comm_id else None, "rank": int(init.group(2)),
+                                 "nranks": int(init.group(3)), "cuda_dev": int(init.group(4)),
+                                 "bus_id": bus.group(1) if bus else None, "state": init.group(6)})
+            continue
         env = _ENV_RE.search(stripped)
         warn = _WARN_RE.search(stripped)
         hop = _HOP_RE.search(stripped)
@@ -282,4 +297,92 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
                            f"{', '.join(used['inter_host']) or 'none'} between hosts"
                            + ("" if rdma or not used["inter_host"] else " (no IB/RDMA in use)"),
                            "", host=host, **used))
+    return out
+
+
+def _ranges(numbers) -> str:
+    """``[0, 1, 2, 5, 8, 9]`` -> ``"0-2, 5, 8-9"``."""
+    nums = sorted(set(numbers))
+    parts: list[str] = []
+    start = prev = None
+    for n in nums + [None]:
+        if start is not None and (n is None or n != prev + 1):
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return ", ".join(parts)
+
+
+def rank_census(ranks: list[dict]) -> list[dict]:
+    """Which ranks of each communicator printed their init line (``parse_nccl_log``'s ``ranks``).
+
+    Communicators are told apart by ``commId`` (NCCL 2.18 on), else by their size alone. Returns
+    ``[{"comm_id": str | None, "nranks": int, "seen": [ranks], "completed": [ranks], "missing":
+    [ranks], "hosts": {rank: host}}]`` sorted by size, largest first; ``missing`` is every rank in
+    ``0..nranks-1`` that printed no ``Init START``/``Init COMPLETE`` line.
+    """
+    groups: dict = {}
+    for r in ranks:
+        key = (r.get("comm_id"), r["nranks"]) if r.get("comm_id") else (None, r["nranks"])
+        g = groups.setdefault(key, {"comm_id": key[0], "nranks": key[1], "seen": set(), "completed": set(),
+                                    "hosts": {}})
+        g["seen"].add(r["rank"])
+        if r.get("state") == "COMPLETE":
+            g["completed"].add(r["rank"])
+        if r.get("host"):
+            g["hosts"].setdefault(r["rank"], r["host"])
+    out = []
+    for g in groups.values():
+        valid = {r for r in g["seen"] if 0 <= r < g["nranks"]}
+        out.append({"comm_id": g["comm_id"], "nranks": g["nranks"], "seen": sorted(valid),
+                    "completed": sorted(g["completed"] & valid),
+                    "missing": sorted(set(range(g["nranks"])) - valid), "hosts": g["hosts"]})
+    return sorted(out, key=lambda g: -g["nranks"])
+
+
+def diagnose_nccl_ranks(ranks: list[dict], host: str | None = None) -> list[dict]:
+    """Findings on the ranks of one job's NCCL logs (``ranks`` of ``parse_nccl_log``, several logs merged).
+
+    ``ncclCommInitRank`` synchronises with the other ranks (NCCL API docs, Communicator Creation:
+    it "implicitly synchronizes with other ranks"), so no rank completes init until all ``nranks``
+    have joined. Per communicator (``rank_census``) with ranks that printed no init line:
+
+    - INFO ``nccl.ranks_not_logged`` when some rank printed ``Init COMPLETE``: every rank did join,
+      the silent ones only logged nothing (NCCL_DEBUG not passed to them, or their logs are not
+      here; a maintainer's reading of such a log in NVIDIA/nccl#394).
+    - FAIL ``nccl.rank_missing`` when no rank completed init and fewer ranks are missing than were
+      seen: the missing ranks never arrived and the others wait for them in bootstrap.
+    - WARN ``nccl.rank_missing`` when no rank completed and as many or more are missing than seen
+      (the logs of whole nodes may simply not be here).
+    Findings carry ``nranks``, ``missing``, ``seen`` (rank lists) and ``comm_id``.
+    """
+    out: list[dict] = []
+    subject = host or "host"
+    for g in rank_census(ranks):
+        if not g["missing"] or len(g["seen"]) < 1:
+            continue
+        miss, n = _ranges(g["missing"]), g["nranks"]
+        details = {"nranks": n, "missing": g["missing"], "seen": g["seen"], "comm_id": g["comm_id"]}
+        hosts = sorted(set(g["hosts"].values()))
+        where = f" (seen on {', '.join(hosts)})" if hosts else ""
+        if g["completed"]:
+            out.append(finding("nccl.ranks_not_logged", "INFO", subject,
+                               f"{len(g['seen'])} of {n} ranks printed their init line{where} and init completed, so "
+                               f"every rank joined; ranks {miss} only logged nothing",
+                               "pass NCCL_DEBUG=INFO to every rank (mpirun -x, the launcher's env) and collect "
+                               "every rank's log", host=host, **details))
+        elif len(g["missing"]) < len(g["seen"]):
+            out.append(finding("nccl.rank_missing", "FAIL", subject,
+                               f"ranks {miss} of {n} never started ncclCommInitRank{where}; no rank completed init: "
+                               "the others wait for them in bootstrap",
+                               f"find why ranks {miss} did not start (their node, launcher or an earlier crash in "
+                               "their log)", host=host, **details))
+        else:
+            out.append(finding("nccl.rank_missing", "WARN", subject,
+                               f"only ranks {_ranges(g['seen'])} of {n} appear in these logs{where} and none "
+                               f"completed init: if these are all the job's logs, ranks {miss} never arrived",
+                               "collect the logs of every node; a node whose ranks print nothing never started "
+                               "the job", host=host, **details))
     return out

@@ -26,6 +26,11 @@ _UNITS_RE = re.compile(r"^#\s*\(B\)\s+\(elements\)")
 HEALTHY_SHARE = 0.8
 #: Below this share of the line rate the bandwidth is "far under" the link.
 FAR_UNDER_SHARE = 0.5
+#: Per-node network line rates (Gb/s) a peak busbw is set against when no line rate is given, with the
+#: usual NIC combinations that make them up.
+COMMON_LINE_RATES = ((100, "1 x 100 Gb/s"), (200, "1 x 200 Gb/s or 2 x 100 Gb/s"), (400, "1 x 400 Gb/s or "
+                     "2 x 200 Gb/s"), (800, "4 x 200 Gb/s or 2 x 400 Gb/s"), (1600, "8 x 200 Gb/s or 4 x 400 Gb/s"),
+                     (3200, "8 x 400 Gb/s"))
 
 
 def _float(text: str) -> float | None:
@@ -112,6 +117,11 @@ def diagnose_nccl_tests(parsed: dict, line_rate_gbit_s: float | None = None, hos
       HEALTHY_SHARE of it and nothing is wrong; WARN ``nccl_tests.low_busbw`` when it stays under
       FAR_UNDER_SHARE; the finding carries ``peak_busbw_gbps``, ``line_rate_gbps`` (GB/s) and
       ``largest_size`` (bytes).
+    - Without a line rate: INFO ``nccl_tests.peak_busbw`` saying what the peak busbw needs from the
+      network (``peak * 8`` Gb/s per node when the run spans nodes, since busbw compares with the
+      bottleneck's bandwidth, doc/PERFORMANCE.md) and, from COMMON_LINE_RATES, the smallest usual
+      per-node rate that carries it and the share of it reached; when the peak is under
+      FAR_UNDER_SHARE of even a 100 Gb/s link (12.5 GB/s) the message says it is far under such a link.
     - INFO ``nccl_tests.avg_busbw`` when the table has an "Avg bus bandwidth": it averages every
       size, small ones included, and is not the figure to compare with the line rate.
     """
@@ -145,9 +155,34 @@ def diagnose_nccl_tests(parsed: dict, line_rate_gbit_s: float | None = None, hos
                                f"({share:.0%}; largest size {largest} B)",
                                "rerun up to large sizes (-e 8G); check which transport NCCL uses (NCCL_DEBUG=INFO)",
                                host=host, **details))
+    if not line_rate_gbit_s and values:
+        out.append(_peak_without_line_rate(parsed, max(values), host))
     if parsed.get("avg_busbw_gbps") is not None:
         out.append(finding("nccl_tests.avg_busbw", "INFO", subject,
                            f"Avg bus bandwidth {parsed['avg_busbw_gbps']:g} GB/s averages all sizes, small ones "
                            "included: it is not the figure to compare with the line rate; use the peak busbw of "
                            "large sizes", "", host=host, avg_busbw_gbps=parsed["avg_busbw_gbps"]))
     return out
+
+
+def _peak_without_line_rate(parsed: dict, peak: float, host: str | None) -> dict:
+    """INFO ``nccl_tests.peak_busbw``: the peak busbw (GB/s) set against COMMON_LINE_RATES."""
+    largest = max(r["size"] for r in parsed["rows"])
+    at = next(r["size"] for r in parsed["rows"]
+              if peak in (r["out_of_place"]["busbw_gbps"], r["in_place"]["busbw_gbps"]))
+    need = peak * 8
+    details = {"peak_busbw_gbps": peak, "peak_size": at, "largest_size": largest, "needs_gbit_s": need}
+    lead = f"peak busbw {peak:g} GB/s (at {at} B; largest size {largest} B)"
+    slowest = COMMON_LINE_RATES[0][0]
+    if peak < FAR_UNDER_SHARE * slowest / 8:
+        message = (f"{lead} is far under even a {slowest} Gb/s link (~{slowest / 8:g} GB/s busbw); "
+                   "busbw compares with the network's line rate when the run spans nodes")
+        if largest < 1 << 26:
+            message += f"; sizes up to {largest} B are too small to reach the peak"
+    else:
+        rate, combo = next(((r, c) for r, c in COMMON_LINE_RATES if r >= need), COMMON_LINE_RATES[-1])
+        message = (f"{lead} needs about {need:.0f} Gb/s of network per node when the run spans nodes: "
+                   f"{rate} Gb/s per node (e.g. {combo} NICs, {rate / 8:g} GB/s) would be {peak / (rate / 8):.0%} used")
+        details["nearest_line_rate_gbit_s"] = rate
+    return finding("nccl_tests.peak_busbw", "INFO", host or "host", message,
+                   "give the nodes' line rate (ncclprep doctor --line-rate GBITS) to judge it", host=host, **details)

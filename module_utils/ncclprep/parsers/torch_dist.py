@@ -10,7 +10,13 @@ prefixes give ``similar``):
 - c10d client connect failures ``failed to connect to [host]:port (errno: 22 - Invalid argument)``;
 - client timeouts ``timed out after 60s while trying to connect to (10.0.0.1, 2222)``;
 - name resolution failures ``addresses of (host, port) cannot be retrieved (gai error: -2 - ...)``;
-- exception names such as ``DistNetworkError`` and ``RendezvousConnectionError``.
+- exception names such as ``DistNetworkError`` and ``RendezvousConnectionError``;
+- ranks that did not arrive: ``[Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms`` (or
+  ``Ranks 1, 2 failed ...`` with ``wait_all_ranks``), the store-based barrier of init_process_group
+  ``Timed out initializing process group in store based barrier on rank: 0, for key: ...
+  (world_size=2, worker_count=1, timeout=0:30:00)`` (``num_workers_joined=`` in newer torch, also its
+  ``Waiting in store based barrier`` progress lines), and the TCPStore server's ``Timed out after
+  901 seconds waiting for clients. 1/2 clients joined.``
 
 Sources: PyTorch ``torch/csrc/distributed/c10d/socket.cpp`` (message formats) and
 ``torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py`` (the node whose
@@ -34,6 +40,10 @@ _TIMEOUT_RE = re.compile(r"timed out after (\d+(?:\.\d+)?)s while trying to conn
 _GAI_RE = re.compile(r"The (IPv4|IPv6)? ?network addresses of \(([^,]+), (\d+)\) cannot be retrieved "
                      r"\(gai error: (-?\d+) - ([^)]*)\)")
 _EXC_RE = re.compile(r"\b([A-Z]\w*(?:Error|Exception))\b:")
+_MONITORED_RE = re.compile(r"\bRanks? ((?:\d+,\s*)*\d+) failed to pass monitoredBarrier in (\d+) ms")
+_STORE_BARRIER_RE = re.compile(r"\b(Timed out initializing process group|Waiting) in store based barrier.*?"
+                               r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([^,)\s]+)")
+_CLIENTS_RE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
 
 
 def _config_value(text: str):
@@ -51,10 +61,14 @@ def parse_torch_dist(text: str) -> dict:
     [{"host", "port", "timeout_s", "similar"}], "resolve_failures": [{"host", "port", "family",
     "gai_error", "reason", "similar"}], "exceptions": [names, first seen first], "unparsed": [lines]}``.
     Ports are ints, ``timeout_s`` seconds; a bind address keeps its brackets (``[::]``).
-    ``similar`` is the ``[N similar log lines]`` count or None. Never raises.
+    ``similar`` is the ``[N similar log lines]`` count or None. Also ``"barrier_failures": [int ranks]``
+    (monitoredBarrier, first seen first), ``"store_barrier": {"world_size", "joined", "timeout",
+    "timed_out": bool} | None`` (the last store-based barrier line; ``joined`` is worker_count) and
+    ``"store_clients": {"joined", "expected", "timeout_s"} | None`` (TCPStore server). Never raises.
     """
     out: dict = {"launch_config": {}, "bind_failures": [], "connect_failures": [], "timeouts": [],
-                 "resolve_failures": [], "exceptions": [], "unparsed": []}
+                 "resolve_failures": [], "exceptions": [], "barrier_failures": [], "store_barrier": None,
+                 "store_clients": None, "unparsed": []}
     in_config = False
     for line in text.splitlines():
         if not line.strip():
@@ -91,6 +105,22 @@ def parse_torch_dist(text: str) -> dict:
             out["resolve_failures"].append({"host": host.strip(), "port": int(port), "family": family or None,
                                             "gai_error": int(gai), "reason": reason, "similar": count})
             found = True
+        for ranks, _ms in _MONITORED_RE.findall(line):
+            found = True
+            for r in re.findall(r"\d+", ranks):
+                if int(r) not in out["barrier_failures"]:
+                    out["barrier_failures"].append(int(r))
+        m = _STORE_BARRIER_RE.search(line)
+        if m:
+            found = True
+            timed_out = m.group(1) != "Waiting" or bool((out["store_barrier"] or {}).get("timed_out"))
+            out["store_barrier"] = {"world_size": int(m.group(2)), "joined": int(m.group(3)), "timeout": m.group(4),
+                                    "timed_out": timed_out}
+        m = _CLIENTS_RE.search(line)
+        if m:
+            found = True
+            out["store_clients"] = {"joined": int(m.group(2)), "expected": int(m.group(3)),
+                                    "timeout_s": int(m.group(1))}
         for name in _EXC_RE.findall(line):
             found = True
             if name not in out["exceptions"]:
@@ -111,6 +141,15 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
       rendezvous backend (no node hosted the store, or the port is blocked); without that config,
       FAIL ``torch.connect_timeout``.
     - FAIL ``torch.connect_failed`` per other host and port that could not be connected to.
+    - FAIL ``torch.ranks_missing`` when ranks did not arrive: the ranks monitoredBarrier names (rank 0
+      reports each rank that did not reach the barrier in time: PyTorch docs, torch.distributed,
+      "Debugging torch.distributed applications", monitored_barrier); or the store-based barrier of
+      init_process_group timed out with fewer workers joined than world_size (every rank adds one
+      to a counter in the store and waits for world_size: PyTorch distributed_c10d.py
+      ``_store_based_barrier``, explained in facebookresearch/pytext#1567); or the TCPStore server
+      saw fewer clients than expected. ``missing`` lists rank numbers where the text names them,
+      else None with ``joined``/``expected`` counts. A store counter above world_size (the same
+      store reused by a restarted job) gives WARN ``torch.store_barrier_stale`` instead.
     """
     out: list[dict] = []
     subject = host or "host"
@@ -143,6 +182,37 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
                                f"client timed out after {t['timeout_s']:g} s connecting to {endpoint}",
                                f"check that a process listens on {endpoint} and the port is reachable", host=host,
                                timeout_s=t["timeout_s"]))
+    if parsed.get("barrier_failures"):
+        ranks = parsed["barrier_failures"]
+        names = ", ".join(str(r) for r in ranks)
+        out.append(finding("torch.ranks_missing", "FAIL", subject,
+                           f"rank{'s' if len(ranks) > 1 else ''} {names} did not reach monitoredBarrier in time: "
+                           "that rank never arrived or is stuck elsewhere",
+                           f"read the log of rank {ranks[0]} (its node, its last collective, a crash) and py-spy "
+                           "dump its process", host=host, missing=ranks))
+    barrier = parsed.get("store_barrier")
+    if barrier and barrier["joined"] < barrier["world_size"] and barrier["timed_out"]:
+        gone = barrier["world_size"] - barrier["joined"]
+        out.append(finding("torch.ranks_missing", "FAIL", subject,
+                           f"init_process_group timed out in the store-based barrier: only {barrier['joined']} of "
+                           f"{barrier['world_size']} ranks joined ({gone} never arrived; timeout {barrier['timeout']})",
+                           "check that every node started the job with the same world size and master address, "
+                           "and that each reaches the master's store port", host=host, missing=None,
+                           joined=barrier["joined"], expected=barrier["world_size"]))
+    elif barrier and barrier["joined"] > barrier["world_size"]:
+        out.append(finding("torch.store_barrier_stale", "WARN", subject,
+                           f"store-based barrier counts {barrier['joined']} workers for world_size "
+                           f"{barrier['world_size']}: the store is shared with another or an earlier run",
+                           "use a fresh master port (or store) per job and one init_process_group per process",
+                           host=host, joined=barrier["joined"], expected=barrier["world_size"]))
+    clients = parsed.get("store_clients")
+    if clients and clients["joined"] < clients["expected"]:
+        out.append(finding("torch.ranks_missing", "FAIL", subject,
+                           f"the TCPStore server waited {clients['timeout_s']} s and only {clients['joined']} of "
+                           f"{clients['expected']} clients joined: {clients['expected'] - clients['joined']} never "
+                           "arrived", "check that every node started, resolves and reaches the master address and "
+                           "port; the missing node's own log names its error", host=host, missing=None,
+                           joined=clients["joined"], expected=clients["expected"]))
     seen = set()
     for c in parsed["connect_failures"]:
         if c["host"] in unresolved or (c["host"], c["port"]) in seen:
