@@ -75,6 +75,12 @@ def _prefix(line: str) -> dict:
     return {"host": m.group("host"), "pid": int(m.group("pid")), "cuda_dev": int(m.group("dev"))}
 
 
+def line_host(line: str) -> str | None:
+    """The host of a log line's ``host:pid:tid [dev]`` prefix, None when it has none."""
+    m = _PREFIX_RE.search(line)
+    return m.group("host") if m else None
+
+
 def _opt_int(text: str | None) -> int | None:
     return int(text) if text is not None else None
 
