@@ -11,8 +11,9 @@ short_description: Turn every host's facts and probe results into checks and rep
 description:
   - "Runs on the controller (C(delegate_to: localhost), C(run_once))."
   - Evaluates the cluster checks (the registry of module_utils/ncclprep/checks/), writes
-    C(<dest>/<UTC timestamp>/cluster.json), C(hosts/<host>.json) and C(summary.md), and
-    points C(<dest>/latest) at the run.
+    C(<dest>/<UTC timestamp>/cluster.json) (schema in docs/report-schema.md), C(hosts/<host>.json),
+    C(summary.md), C(junit.xml), C(metrics.prom) and C(report.html) (module_utils/ncclprep/report/),
+    and points C(<dest>/latest) at the run.
   - Returns the overall status; the playbook fails the run when it is FAIL.
 options:
   dest: {type: path, required: true, description: Reports folder.}
@@ -38,6 +39,12 @@ options:
         (a bandwidth is slow below this modified z-score and this fraction of the median), min_gbps (a
         bandwidth floor in GB/s), link_floor_ratio (a floor of this fraction of the slower end's link
         speed, where ethtool shows it). Absent keys keep their defaults (50, -3.5, 0.5, none, 0.1); null: no limit."
+  textfile_dir:
+    type: path
+    description:
+      - "A node_exporter textfile-collector folder (its C(--collector.textfile.directory)): the run's metrics.prom
+        is also written there as C(ncclprep.prom), atomically (a temp file, then rename); null: not written."
+      - The folder must exist on the controller.
 author: ncclprep contributors
 """
 
@@ -48,6 +55,7 @@ EXAMPLES = r"""
     hosts: "{{ ansible_play_hosts_all }}"
     records: "{{ hostvars | ncclprep_host_records(ansible_play_hosts_all, ansible_play_hosts,
                                                     ncclprep_concerns | map(attribute='name') | list) }}"
+    textfile_dir: /var/lib/prometheus/node-exporter
   delegate_to: localhost
   run_once: true
 """
@@ -57,11 +65,18 @@ status: {description: PASS or FAIL, returned: always, type: str}
 report_dir: {description: The run folder, returned: always, type: str}
 checks: {description: Every check, returned: always, type: list}
 problems: {description: One line per FAIL or HANG check, returned: always, type: list}
+files:
+  description: "The files written: cluster, summary, junit, metrics, html (paths in the run folder) and textfile
+    (the metrics in textfile_dir, or null)."
+  returned: always
+  type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.checks import BAD, evaluate, overall, summarize_collectives, summarize_network
-from ansible.module_utils.ncclprep.report import SCHEMA_VERSION, utc_stamp, write_reports
+from ansible.module_utils.ncclprep.checks import BAD, evaluate
+from ansible.module_utils.ncclprep.report import TEXTFILE_NAME, build_cluster, utc_stamp, write_reports
 
 
 def main() -> None:
@@ -73,6 +88,7 @@ def main() -> None:
             min_busbw_gbps=dict(type="float"),
             net_limits=dict(type="dict", default={}),
             expect_net=dict(type="str", choices=["ib", "socket"]),
+            textfile_dir=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -82,24 +98,25 @@ def main() -> None:
         checks = evaluate(records, p["hosts"], p["min_busbw_gbps"], p["net_limits"], p["expect_net"])
     except TypeError as exc:
         module.fail_json(msg=f"net_limits={p['net_limits']}, expect_net={p['expect_net']}: {exc}")
-    stamp = utc_stamp()
-    cluster = {
-        "schema_version": SCHEMA_VERSION,
-        "status": overall(checks),
-        "generated_at": stamp,
-        "hosts": list(p["hosts"]),
-        "checks": checks,
-        "network": summarize_network(records),
-        "collectives": summarize_collectives(records),
-    }
+    if p["textfile_dir"] is not None and not os.path.isdir(p["textfile_dir"]):
+        module.fail_json(msg=f"textfile_dir={p['textfile_dir']}: no such folder on the controller; give "
+                             "node_exporter's --collector.textfile.directory, or null", checks=checks)
+    cluster = build_cluster(checks, p["hosts"], records, utc_stamp(),
+                            limits={"min_busbw_gbps": p["min_busbw_gbps"], "expect_net": p["expect_net"],
+                                    "net_limits": p["net_limits"]})
     problems = [f"{c['status']} {c['id']} [{', '.join(c['hosts'])}]: {c['message']}"
                 for c in checks if c["status"] in BAD]
     try:
-        run = write_reports(p["dest"], cluster, records, stamp)
+        run = write_reports(p["dest"], cluster, records, cluster["generated_at"], textfile_dir=p["textfile_dir"])
     except OSError as exc:
-        module.fail_json(msg=f"cannot write reports under dest={p['dest']}: {exc}", checks=checks)
+        module.fail_json(msg=f"cannot write reports under dest={p['dest']} (textfile_dir={p['textfile_dir']}): {exc}",
+                         checks=checks)
+    files = {k: os.path.join(run, name) for k, name in (("cluster", "cluster.json"), ("summary", "summary.md"),
+                                                         ("junit", "junit.xml"), ("metrics", "metrics.prom"),
+                                                         ("html", "report.html"))}
+    files["textfile"] = os.path.join(p["textfile_dir"], TEXTFILE_NAME) if p["textfile_dir"] else None
     module.exit_json(changed=True, status=cluster["status"], report_dir=run, checks=checks,
-                     problems=problems)
+                     problems=problems, files=files)
 
 
 if __name__ == "__main__":

@@ -197,7 +197,8 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     reports = tmp_path / "reports"
     cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"preflight_report_dir={reports}",
-           "-e", '{"preflight_min_busbw_gbps": null}', "-e", json.dumps(NET_LIMITS)]
+           "-e", '{"preflight_min_busbw_gbps": null}', "-e", json.dumps(NET_LIMITS),
+           "-e", json.dumps({"preflight_textfile_dir": str(tmp_path)})]
     out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]  # fake2's failure, nothing else
     tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]
@@ -231,3 +232,9 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     assert cluster["network"]["ports"] == {"fake1": {"fake2": {"29500": "open"}}}
     with open(os.path.join(os.path.dirname(cluster_json), "hosts", "fake1.json"), encoding="utf-8") as fh:
         assert set(json.load(fh)["intent"]) == set(CONCERNS)
+    # the report package shipped with the module renders every file, and the textfile copy
+    assert cluster["schema_version"] == 2 and cluster["versions"]["hosts"] == {"fake1": {"torch": "2.13.0+cpu"}}
+    for name in ("summary.md", "junit.xml", "metrics.prom", "report.html"):
+        assert os.path.getsize(os.path.join(run_dir, name)) > 0, name
+    with open(tmp_path / "ncclprep.prom", encoding="utf-8") as fh:
+        assert 'ncclprep_check_status{check="host.reachable",host="fake2",status="FAIL"} 1' in fh.read()
