@@ -51,7 +51,6 @@ smoke:
 """
 
 import inspect
-import json
 import os
 import shutil
 import signal
@@ -106,25 +105,7 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     elapsed = round(time.monotonic() - start, 3)
-    lines = output.splitlines()
-    workers = []
-    for line in lines:
-        idx = line.find(ddp_smoke.MARKER)
-        if idx >= 0:
-            try:
-                workers.append(json.loads(line[idx + len(ddp_smoke.MARKER):]))
-            except ValueError:
-                pass
-    smoke = {"rc": None if hung else proc.returncode, "workers": workers, "elapsed_s": elapsed,
-             "log_tail": [ln[-300:] for ln in lines[-15:]], "error": None, "host": host}
-    if hung:
-        smoke.update(status="HANG", error=f"torchrun did not finish within {p['timeout']} s")
-    elif proc.returncode != 0:
-        smoke.update(status="FAIL", error=f"torchrun exited with code {proc.returncode}")
-    elif not workers or not all(w.get("params_identical") for w in workers):
-        smoke.update(status="FAIL", error="workers ended with different parameters or printed no result")
-    else:
-        smoke["status"] = "PASS"
+    smoke = ddp_smoke.read_result(output, None if hung else proc.returncode, p["timeout"], elapsed, host)
     module.exit_json(changed=False, smoke=smoke)
 
 

@@ -6,11 +6,13 @@ LOCAL_RANK, WORLD_SIZE, MASTER_ADDR from torchrun, trains a small model with
 gradient accumulation (``no_sync`` on all but the last micro-batch), then
 checks that every rank ended with bit-identical parameters, as DDP guarantees.
 It prints one line ``NCCLPREP_SMOKE {json}`` per worker and exits non-zero when
-the parameters differ.
+the parameters differ; it tears the process group down itself and leaves with
+``os._exit`` (see ``run_and_exit``).
 """
 
 import contextlib
 import datetime
+import gc
 import json
 import os
 import socket
@@ -64,6 +66,12 @@ def main(argv=None) -> int:
     gathered = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat)
     identical = all(torch.equal(gathered[0], g) for g in gathered)
+    # Tear down before the interpreter does: DDP's reducer holds the process group and its
+    # pending work; left to interpreter finalization, Gloo's threads can free tensors after
+    # Python is gone and the worker dies with SIGABRT after a correct job (pytorch/pytorch#179291
+    # describes that crash). Every rank drops the model, meets the others, then destroys the group.
+    del model, opt, gathered
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
     print(MARKER + json.dumps({
@@ -82,5 +90,55 @@ def main(argv=None) -> int:
     return 0 if identical else 3
 
 
+def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float, host: str) -> dict:
+    """What one node's torchrun job did, from its output: the torchrun_smoke module's ``smoke``.
+
+    ``output``: everything the launcher printed; ``rc``: its exit code, None when it was killed
+    at the deadline of ``timeout_s`` seconds. Returns ``{status: PASS|FAIL|HANG, rc, workers:
+    [the NCCLPREP_SMOKE dicts], elapsed_s, log_tail: last 15 lines (300 characters each), error,
+    host}``. A job killed at the deadline after every local worker printed a correct result was
+    waiting for the other nodes: torchrun's agent holds a finished node in its exit barrier
+    until every node's agent is done (torch.distributed.elastic LocalElasticAgent,
+    ``exit_barrier_timeout``), so the error says to look at the node that failed.
+    """
+    lines = output.splitlines()
+    workers = []
+    for line in lines:
+        idx = line.find(MARKER)
+        if idx >= 0:
+            try:
+                workers.append(json.loads(line[idx + len(MARKER):]))
+            except ValueError:
+                pass
+    correct = bool(workers) and all(w.get("params_identical") for w in workers)
+    out = {"rc": rc, "workers": workers, "elapsed_s": elapsed_s, "log_tail": [ln[-300:] for ln in lines[-15:]],
+           "error": None, "host": host}
+    if rc is None and correct:
+        out.update(status="HANG", error=f"this node's {len(workers)} worker(s) finished with identical parameters, "
+                                        f"then torchrun waited for the other nodes until the {timeout_s:g} s deadline "
+                                        "(its exit barrier): the node that failed is to blame")
+    elif rc is None:
+        out.update(status="HANG", error=f"torchrun did not finish within {timeout_s:g} s")
+    elif rc != 0:
+        out.update(status="FAIL", error=f"torchrun exited with code {rc}")
+    elif not correct:
+        out.update(status="FAIL", error="workers ended with different parameters or printed no result")
+    else:
+        out["status"] = "PASS"
+    return out
+
+
+def run_and_exit(argv=None) -> None:
+    """Run ``main`` and leave at once with its exit code, skipping interpreter finalization.
+
+    The result line is already printed and flushed, the process group destroyed; what is left
+    to finalize is torch's own state, whose teardown at exit is where the SIGABRT above happens.
+    """
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

@@ -11,8 +11,8 @@ Exit codes of the ``ncclprep`` commands (``EXIT_*``):
 - 0: the run passed (every check PASS, WARN or SKIP; provisioning succeeded);
 - 1: a check failed or hung (validate.yml wrote a FAIL report);
 - 2: bad input or usage: an inventory that does not exist, an argument ansible-playbook
-  refuses, or a variable the playbooks' input checks refuse (an ``assert`` or a role's
-  argument spec) before anything changed;
+  refuses, or a variable the playbooks' input checks refuse before anything changed (an
+  ``assert``, a role's argument spec, any task of site.yml's checking play);
 - 3: could not run: a host unreachable during provisioning, a task that failed for
   another reason, ansible-playbook not found, or the run interrupted.
 
@@ -45,6 +45,9 @@ EXIT_COULD_NOT_RUN = 3
 #: Task actions whose failure means "the input was refused before any change".
 INPUT_ACTIONS = frozenset({"assert", "ansible.builtin.assert", "validate_argument_spec",
                            "ansible.builtin.validate_argument_spec"})
+#: Plays that only check the inventory and change nothing (playbooks/site.yml play 1): any failure
+#: there is a refused input.
+INPUT_PLAYS = frozenset({"Check the inventory before any change"})
 #: The preflight's task that fails the run on a FAIL report (roles/preflight/tasks/report.yml).
 VERDICT_TASK = "Fail the run when a check failed or hung"
 #: The module that writes the preflight's reports (library/cluster_report.py).
@@ -63,6 +66,12 @@ class Failure:
     action: str
     message: str
     kind: str = "failed"
+    play: str = ""
+
+    @property
+    def refused_input(self) -> bool:
+        """A failed input check: an assert or argument spec, or any task of an input-checking play."""
+        return self.kind == "failed" and (self.action in INPUT_ACTIONS or self.play in INPUT_PLAYS)
 
 
 @dataclasses.dataclass
@@ -96,7 +105,7 @@ def exit_code(result: RunResult) -> int:
     """
     if result.error is not None:
         return EXIT_COULD_NOT_RUN
-    if any(f.kind == "failed" and f.action in INPUT_ACTIONS for f in result.failures):
+    if any(f.refused_input for f in result.failures):
         return EXIT_BAD_INPUT
     if result.report is not None:
         return EXIT_PASS if result.report.get("status") == "PASS" else EXIT_CHECK_FAILED
@@ -133,6 +142,7 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = clock()
         self.task = ""
+        self.play = ""
         self.tasks = 0
         self.counts = {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0}
         self.failures: list[Failure] = []
@@ -149,7 +159,9 @@ class Progress:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         host = data.get("host") or ""
-        if kind == "playbook_on_task_start":
+        if kind == "playbook_on_play_start":
+            self.play = data.get("play") or data.get("name") or ""
+        elif kind == "playbook_on_task_start":
             self.task, self.tasks = data.get("task") or data.get("name") or "", self.tasks + 1
             self._draw("", newline=not self.tty)
         elif kind == "runner_on_ok":
@@ -161,12 +173,13 @@ class Progress:
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             self.counts["failed"] += 1
             self.failures.append(Failure(host, data.get("task") or self.task, data.get("task_action") or "",
-                                         _message(data.get("res"))))
+                                         _message(data.get("res")), play=data.get("play") or self.play))
             self._draw(f"{host} FAILED: {self.failures[-1].message[:160]}", newline=True)
         elif kind == "runner_on_unreachable":
             self.counts["unreachable"] += 1
             self.failures.append(Failure(host, data.get("task") or self.task, data.get("task_action") or "",
-                                         _message(data.get("res")), kind="unreachable"))
+                                         _message(data.get("res")), kind="unreachable",
+                                         play=data.get("play") or self.play))
             self._draw(f"{host} UNREACHABLE: {self.failures[-1].message[:160]}", newline=True)
         elif kind == "runner_retry":
             left = (data.get("res") or {}).get("retries", 0) - (data.get("res") or {}).get("attempts", 0)

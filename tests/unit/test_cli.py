@@ -59,6 +59,17 @@ def result_of(events, rc):
     ([INPUT], 2, EXIT_BAD_INPUT),
     # an input refused on one host while the others ran on to a report: still bad input
     ([INPUT, REPORT_OK, VERDICT], 2, EXIT_BAD_INPUT),
+    # any failure in site.yml's checking play is refused input (nic_mtu's persist check uses fail)
+    ([ev("playbook_on_play_start", play="Check the inventory before any change"),
+      ev("runner_on_failed", host="node1", task="Check nic_mtu_persist", task_action="ansible.builtin.fail",
+         res={"msg": "node1: nic_mtu_persist=ifupdown but ifupdown does not define eth0"})], 2, EXIT_BAD_INPUT),
+    # ... but an unreachable host there is not
+    ([ev("playbook_on_play_start", play="Check the inventory before any change"),
+      ev("runner_on_unreachable", host="node3", task="Gathering Facts", task_action="setup",
+         res={"msg": "timeout"})], 4, EXIT_COULD_NOT_RUN),
+    ([ev("playbook_on_play_start", play="Provision the nodes"),
+      ev("runner_on_failed", host="node1", task="Roll back", task_action="ansible.builtin.fail",
+         res={"msg": "cut off"})], 2, EXIT_COULD_NOT_RUN),
     ([ev("runner_on_unreachable", host="node3", task="Gather", task_action="setup",
          res={"msg": "ssh: connect to host node3 port 22: No route to host"})], 4, EXIT_COULD_NOT_RUN),
     ([ev("runner_on_failed", host="node1", task="Apply", task_action="ansible.builtin.template",

@@ -12,7 +12,8 @@ def check_smoke(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     torchrun_smoke result {status (PASS, FAIL, HANG, SKIP), error, log_tail (lines), workers
     [{rank, world_size, params_identical}]}. SKIP when it ran nowhere (disabled, --limit, a
     host gone); HANG/FAIL naming the hosts without a result, else those that failed or hung,
-    explained from log_tail when it is a known torch.distributed failure; FAIL when the workers
+    explained from log_tail when it is a known torch.distributed failure (else quoting the last
+    line the first of them printed); FAIL when the workers
     do not add up to one world size; else PASS measuring workers and world size.
     """
     smokes = {h: (records.get(h) or {}).get("smoke") for h in ctx.all_hosts}
@@ -33,6 +34,10 @@ def check_smoke(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
         known = [(h, f) for h, f in known if f]
         if known:
             detail = "; ".join(f"{h}: {f['message']}" for h, f in known[:3]) + f" ({detail})"
+        else:  # the last thing the first bad node's job printed: its own words for what went wrong
+            tail = [ln.strip() for ln in (smokes[blame[0]] or {}).get("log_tail") or [] if ln.strip()]
+            if tail:
+                detail = f"{detail}; last line on {blame[0]}: {tail[-1][:200]}"
         return [make_check("torchrun.smoke", status, blame, measured=status_of, expected="PASS on every node",
                            message=detail[:500],
                            remediation=(known[0][1]["remediation"] if known else
