@@ -48,19 +48,19 @@ from ansible.module_utils.ncclprep.sysctl import diagnose_sysctl, parse_sysctl_a
 SCHEMA_VERSION = 1
 #: The kinds of input, with the tools that print them.
 KINDS = {
-    "nccl_log": "NCCL_DEBUG=INFO/WARN log (one rank or many ranks)",
+    "nccl_log": "NCCL_DEBUG=INFO/WARN log, of one rank or many",
     "torch_dist": "torchrun / torch.distributed error output and tracebacks",
-    "topo": "nvidia-smi topo -m (or -p2p)",
+    "topo": "nvidia-smi topo -m or -p2p",
     "ibstat": "ibstat or ibstatus",
-    "ibv_devinfo": "ibv_devinfo [-v]",
+    "ibv_devinfo": "ibv_devinfo or ibv_devinfo -v",
     "ip_link": "ip link / ip addr",
     "ifconfig": "ifconfig -a",
     "ethtool": "ethtool DEV or ethtool -i DEV",
     "numa_lscpu": "numactl -H or lscpu",
-    "nccl_tests": "nccl-tests (all_reduce_perf ...) output",
-    "ufw": "ufw status [verbose]",
+    "nccl_tests": "nccl-tests output: all_reduce_perf and the other _perf tests",
+    "ufw": "ufw status or ufw status verbose",
     "sysctl": "sysctl -a",
-    "netplan": "netplan YAML (/etc/netplan/*.yaml)",
+    "netplan": "netplan YAML, /etc/netplan/*.yaml",
 }
 #: Most evidence lines quoted per finding.
 MAX_EVIDENCE = 6

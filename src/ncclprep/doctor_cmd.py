@@ -69,7 +69,8 @@ def build_parser(stream=None) -> argparse.ArgumentParser:
     parser.add_argument("files", nargs="*", metavar="FILE", help="input files; '-' or none reads standard input")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON (schema_version 1)")
     parser.add_argument("--host", help="the host the input came from (when the text and the file name do not say)")
-    parser.add_argument("--kind", choices=sorted(KINDS), help="the kind of every input, instead of detecting it")
+    parser.add_argument("--kind", choices=sorted(KINDS), metavar="KIND",
+                        help="the kind of every input, instead of detecting it (kinds below)")
     parser.add_argument("--line-rate", type=float, metavar="GBITS",
                         help="per-node network line rate in Gb/s for nccl-tests (4 x 200 Gb/s NICs: 800)")
     parser.add_argument("--cluster-cidr", action="append", metavar="CIDR",

@@ -23,8 +23,9 @@ Where each parser reads live nodes or logs:
   ``-p2p``; ``ethtool`` reads ``ethtool <dev>`` and ``ethtool -i <dev>``.
 - ``dcb``, ``mlnx_qos``: the roce_qos module (rules in ``module_utils/ncclprep/roce.py``).
 - ``ufw``, ``torch_dist``: the checks (``firewall.rules``; the probe's error explained).
-- ``nccl_log``, ``nccl_tests``: logs a job writes, not a node's state; kept for the offline
-  doctor that reads a job's logs (not written yet), tested against shared/cases meanwhile.
+- ``nccl_log``, ``nccl_tests``: logs a job writes, not a node's state: read by the offline doctor
+  (``module_utils/ncclprep/doctor.py``, ``ncclprep doctor``), which runs every parser here (and
+  ``sysctl.parse_sysctl_a``) on pasted text; ``nccl_log`` also by the collectives probe.
 """
 
 from __future__ import annotations

@@ -353,7 +353,8 @@ def diagnose_nccl_ranks(ranks: list[dict], host: str | None = None) -> list[dict
 
     ``ncclCommInitRank`` synchronises with the other ranks (NCCL API docs, Communicator Creation:
     it "implicitly synchronizes with other ranks"), so no rank completes init until all ``nranks``
-    have joined. Per communicator (``rank_census``) with ranks that printed no init line:
+    have joined. Per communicator (``rank_census``) of which at least two ranks printed an init line
+    (one rank's own log says nothing about the others) and some printed none:
 
     - INFO ``nccl.ranks_not_logged`` when some rank printed ``Init COMPLETE``: every rank did join,
       the silent ones only logged nothing (NCCL_DEBUG not passed to them, or their logs are not
@@ -367,28 +368,29 @@ def diagnose_nccl_ranks(ranks: list[dict], host: str | None = None) -> list[dict
     out: list[dict] = []
     subject = host or "host"
     for g in rank_census(ranks):
-        if not g["missing"] or len(g["seen"]) < 1:
+        if not g["missing"] or len(g["seen"]) < 2:
             continue
-        miss, n = _ranges(g["missing"]), g["nranks"]
+        n = g["nranks"]
+        miss = f"rank{'s' if len(g['missing']) > 1 else ''} {_ranges(g['missing'])}"
         details = {"nranks": n, "missing": g["missing"], "seen": g["seen"], "comm_id": g["comm_id"]}
         hosts = sorted(set(g["hosts"].values()))
         where = f" (seen on {', '.join(hosts)})" if hosts else ""
         if g["completed"]:
             out.append(finding("nccl.ranks_not_logged", "INFO", subject,
                                f"{len(g['seen'])} of {n} ranks printed their init line{where} and init completed, so "
-                               f"every rank joined; ranks {miss} only logged nothing",
+                               f"every rank joined; {miss} only logged nothing",
                                "pass NCCL_DEBUG=INFO to every rank (mpirun -x, the launcher's env) and collect "
                                "every rank's log", host=host, **details))
         elif len(g["missing"]) < len(g["seen"]):
             out.append(finding("nccl.rank_missing", "FAIL", subject,
-                               f"ranks {miss} of {n} never started ncclCommInitRank{where}; no rank completed init: "
-                               "the others wait for them in bootstrap",
-                               f"find why ranks {miss} did not start (their node, launcher or an earlier crash in "
+                               f"{miss} (of {n} ranks) never started ncclCommInitRank{where}; no rank completed "
+                               "init: the others wait for them in bootstrap",
+                               f"find why {miss} did not start (their node, launcher or an earlier crash in "
                                "their log)", host=host, **details))
         else:
             out.append(finding("nccl.rank_missing", "WARN", subject,
                                f"only ranks {_ranges(g['seen'])} of {n} appear in these logs{where} and none "
-                               f"completed init: if these are all the job's logs, ranks {miss} never arrived",
+                               f"completed init: if these are all the job's logs, {miss} never arrived",
                                "collect the logs of every node; a node whose ranks print nothing never started "
                                "the job", host=host, **details))
     return out
