@@ -79,8 +79,9 @@ def render_markdown(cluster: dict) -> str:
 
 def _block(c: dict) -> list[str]:
     """One problem: ``### STATUS id: hosts``, the message, then evidence and the fix."""
-    where = brief(c.get("hosts") or [], 160) if c.get("hosts") else "the cluster"
-    out = [f"### {c['status']} {c['id']}: {where}", ""]
+    head = f"### {c['status']} {c['id']}: "
+    where = brief(c["hosts"], max(WIDTH - len(head), 20)) if c.get("hosts") else "the cluster"
+    out = [head + where, ""]
     out += _wrap(c.get("message") or "(no message)") + [""]
     if c.get("measured") is not None:
         out += _wrap(f"- measured: {brief(c['measured'])}", indent="  ")
