@@ -390,3 +390,33 @@ def test_name_is_only_a_weak_hint():
     sysctl_text = "net.core.somaxconn = 128\nnet.core.netdev_budget = 300\n"
     assert detect_kind(sysctl_text, "ibstat-node1.txt") == "sysctl"
     assert detect_kind("nothing here\n", "sysctl.txt") is None
+
+
+def test_torchrun_output_with_nccl_lines_reads_both():
+    text = ("[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, internal error\n"
+            "n1:11:11 [1] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth2\n"
+            "n1:11:11 [1] NCCL INFO NCCL_DEBUG set by environment to INFO\n"
+            "[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor "
+            "AF_INET6(10)\n"
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED\n")
+    r = diagnose_text(text, "job.log")
+    assert {r["kind"], *r["also"]} == {"torch_dist", "nccl_log"}
+    assert any(f["id"] == "nccl.socket_ifname_missing" and f["subject"] == "eth2" for f in r["findings"])
+
+
+@pytest.mark.parametrize("kind,text", [
+    ("ifconfig", "eth0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500\n"
+                 "        inet 10.0.0.5  netmask 255.255.255.0  broadcast 10.0.0.255\n"),
+    ("ethtool", "Settings for ens1f0:\n\tSpeed: 100000Mb/s\n\tDuplex: Full\n\tLink detected: no\n"),
+    ("numa_lscpu", "Architecture:            x86_64\nCPU(s):                  64\nNUMA node(s):            2\n"
+                   "NUMA node0 CPU(s):       0-31\nNUMA node1 CPU(s):       32-47\n"),
+    ("topo", " \tGPU0\tGPU1\t\n GPU0\tX\tCNS\t\n GPU1\tCNS\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+             "  CNS  = Chipset not supported\n"),
+])
+def test_other_tools_are_found_and_judged(kind, text):
+    r = diagnose_text(text, "paste")
+    assert r["kind"] == kind and r["error"] is None
+    ids = {f["id"] for f in r["findings"]}
+    assert ids == {"ifconfig": set(), "ethtool": {"ethtool.no_link"}, "numa_lscpu": {"numa.cpu_imbalance"},
+                   "topo": {"topo.p2p_unsupported"}}[kind]
+    assert all(f["evidence"] for f in r["findings"])

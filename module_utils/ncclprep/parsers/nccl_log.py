@@ -248,12 +248,17 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     - FAIL ``nccl.socket_virtual_ifaces`` when NCCL's socket interface list holds container or
       virtual interfaces (VIRTUAL_IFACE_PREFIXES): it may route inter-host traffic over them.
       The remediation names the one real NIC when exactly one is listed (``suggested_ifname``).
+      Source: NCCL's environment-variable docs, NCCL_SOCKET_IFNAME (a prefix list chooses the
+      interfaces; ``^docker`` excludes, ``=eth0`` names one exactly).
     - FAIL ``nccl.socket_ifname_missing`` when the log shows a socket address-family error: with
       NCCL_SOCKET_IFNAME set, that interface does not exist on the host (the family number is
       only a symptom of an unset address); subject is the interface.
     - FAIL ``nccl.ib_completion_error`` per completion error; 12 (IBV_WC_RETRY_EXC_ERR) is a
       transport retry timeout: the IB/RoCE NICs cannot reach each other though the socket
-      bootstrap worked; the remediation points at NCCL_IB_GID_INDEX (RoCE v2 GID, often 3).
+      bootstrap worked; the remediation points at NCCL_IB_GID_INDEX (RoCE v2 GID, often 3). Source:
+      the maintainer's explanation in NVIDIA/nccl#426 (error 12 is a timeout; right away it means
+      the NICs cannot talk over RoCE although the connection, not made over RoCE, was set up; the
+      thread's fix was NCCL_IB_GID_INDEX=3) and NCCL's env docs on NCCL_IB_GID_INDEX.
     - WARN ``nccl.warn`` for every other WARN line, as printed.
     - INFO ``nccl.transports`` with the transports used inside and between hosts.
     """
