@@ -27,6 +27,8 @@ EPILOG = ("exit codes: 0 all passed; 1 a check failed or hung; 2 bad input or us
           "Other arguments go to ansible-playbook as given.")
 REPORTS = os.path.join(REPO_ROOT, "reports")
 FORMATS = ("md", "html", "json", "junit")
+#: ansible-playbook arguments that only list or check (their output is shown as with -v).
+LISTING_ARGS = frozenset({"--list-hosts", "--list-tasks", "--list-tags", "--syntax-check"})
 
 
 def _out(text: str = "") -> None:
@@ -77,8 +79,10 @@ def _playbook_command(args: argparse.Namespace, extra: list[str]) -> int:
         return EXIT_BAD_INPUT
     if args.verbose > 1:
         extra = ["-" + "v" * (args.verbose - 1), *extra]
+    # what these print is the answer (hosts, tasks, tags, a syntax error): show Ansible's output
+    listing = any(a in LISTING_ARGS for a in extra)
     try:
-        result = run_playbook(playbook, args.inventory, extra, label, verbose=args.verbose > 0)
+        result = run_playbook(playbook, args.inventory, extra, label, verbose=args.verbose > 0 or listing)
     except FileNotFoundError as exc:
         print(f"ncclprep {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -59,14 +59,16 @@ def run(cmd: list[str], timeout: int, input: str | None = None) -> subprocess.Co
     start = time.monotonic()
     out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout, input=input)
     sys.stdout.write(f"$ {' '.join(cmd)} -> {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-2000:]}\n")
-    if cmd[0].endswith(("ansible-playbook", "local_cluster.sh")):
+    if cmd[0].endswith(("ansible-playbook", "local_cluster.sh", "ncclprep")):
         record(" ".join(os.path.basename(c) if os.path.isabs(c) else c for c in cmd)[:58], time.monotonic() - start)
     return out
 
 
 def playbook(name: str, report_dir: str | None = None, timeout: int = 900,
-             extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    cmd = [os.path.join(BIN, "ansible-playbook"), f"{name}.yml", "-i", "inventory/local"]
+             extra: tuple[str, ...] = (), cli: bool = False) -> subprocess.CompletedProcess:
+    """ansible-playbook NAME.yml, or with ``cli`` the same run through ``ncclprep provision|validate``."""
+    cmd = ([os.path.join(BIN, "ncclprep"), {"site": "provision"}.get(name, name), "-i", "inventory/local"] if cli
+           else [os.path.join(BIN, "ansible-playbook"), f"{name}.yml", "-i", "inventory/local"])
     if report_dir:
         cmd += ["-e", f"preflight_report_dir={report_dir}"]
     return run(cmd + list(extra), timeout)
@@ -87,6 +89,10 @@ def cluster():
     yield NODES
     if os.environ.get("NCCLPREP_KEEP_CLUSTER") != "1":
         run([os.path.join(REPO, "scripts", "local_cluster.sh"), "down"], timeout=300)
+
+
+#: The healthy run's report folder (test_site_is_idempotent_and_validate_passes), for the tests after it.
+HEALTHY: dict[str, str] = {}
 
 
 def load(report_dir: str) -> dict:
@@ -110,6 +116,7 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     assert val.returncode == 0
     data = load(reports)
     assert data["status"] == "PASS" and data["hosts"] == NODES
+    HEALTHY["reports"] = reports
     statuses = {c["id"]: c["status"] for c in data["checks"]}
     assert set(statuses.values()) <= {"PASS", "SKIP"}
     for cid in ("host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve",
@@ -160,6 +167,117 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     assert all(r["busbw_gbps"] > 0 for rows in data["collectives"].values() for r in rows)
 
 
+def browser() -> str:
+    path = shutil.which("chromium-headless-shell") or shutil.which("chromium")
+    assert path, "no chromium-headless-shell: scripts/bootstrap.sh --test installs it"
+    return path
+
+
+def test_ncclprep_validate_gives_the_same_report_and_every_format_reads_back(cluster, tmp_path_factory):
+    """`ncclprep validate` (ansible-runner) on the healthy cluster: exit 0, a progress line instead of
+    Ansible's output, the same checks and statuses as the ansible-playbook run; its JUnit file read
+    back by a JUnit parser, its metrics by Prometheus' parser, its HTML page opened in headless
+    Chromium (screenshot and DOM)."""
+    from html.parser import HTMLParser
+
+    from junitparser import JUnitXml, TestSuite
+    from PIL import Image
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert HEALTHY, "runs after test_site_is_idempotent_and_validate_passes"
+    reports = str(tmp_path_factory.mktemp("reports"))
+    val = playbook("validate", reports, extra=("-e", f"preflight_dataset_path={DATASET}"), cli=True)
+    assert val.returncode == 0
+    assert "ncclprep validate: PASS" in val.stdout and "checks on 3 hosts" in val.stdout
+    assert "TASK [" not in val.stdout + val.stderr  # a progress line, not Ansible's output
+    assert re.search(r"^\[\d\d:\d\d\] validate \| Start the collectives on every node \|", val.stderr, re.M)
+    mine, theirs = load(reports), load(HEALTHY["reports"])
+    assert mine["status"] == "PASS" and mine["hosts"] == theirs["hosts"] == NODES
+    assert mine["schema_version"] == theirs["schema_version"]
+    assert {c["id"]: c["status"] for c in mine["checks"]} == {c["id"]: c["status"] for c in theirs["checks"]}
+    run_dir = os.path.realpath(os.path.join(reports, "latest"))
+    assert f"report: {run_dir}/summary.md" in val.stdout
+
+    # JUnit: one testcase per check and host, none failed (SKIP checks are skipped testcases)
+    xml = JUnitXml.fromfile(os.path.join(run_dir, "junit.xml"))
+    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+    cases = [case for suite in suites for case in suite]
+    assert len(cases) == len(mine["checks"]) * len(NODES)
+    assert {(case.classname, case.name) for case in cases} == {(c["id"], h) for c in mine["checks"] for h in NODES}
+    skipped = {c["id"] for c in mine["checks"] if c["status"] == "SKIP"}
+    for case in cases:
+        kinds = {type(r).__name__ for r in case.result}
+        assert kinds == ({"Skipped"} if case.classname in skipped else set()), (case.classname, case.name, kinds)
+
+    # node_exporter textfile: check status gauges and the busbw of the largest all_reduce
+    families = {f.name: f for f in text_string_to_metric_families(open(os.path.join(run_dir, "metrics.prom")).read())}
+    ok = [s for s in families["ncclprep_check_status"].samples if s.labels.get("status") == "PASS" and s.value == 1]
+    assert {(s.labels["check"], s.labels["host"]) for s in ok} >= {("collective.all_reduce", h) for h in NODES}
+    largest = mine["collectives"]["all_reduce"][-1]
+    samples = families["ncclprep_collective_busbw_bytes_per_second"].samples
+    busbw = {int(s.labels["size_bytes"]): s.value for s in samples if s.labels["op"] == "all_reduce"}
+    assert busbw[largest["size_bytes"]] == pytest.approx(largest["busbw_gbps"] * 1e9, rel=1e-3)
+
+    # the HTML page in headless Chromium: a screenshot that is not blank, and the DOM it rendered
+    html = "file://" + os.path.join(run_dir, "report.html")
+    png = str(tmp_path_factory.mktemp("shot") / "report.png")
+    shot = subprocess.run([browser(), "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={png}",
+                           "--window-size=1280,1600", html], capture_output=True, text=True, timeout=120)
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    image = Image.open(png).convert("RGB")
+    assert image.size == (1280, 1600)
+    assert len(image.getcolors(1 << 24)) > 50  # text, heat-map cells and plot lines, not a blank page
+    dom = subprocess.run([browser(), "--no-sandbox", "--disable-gpu", "--dump-dom", html], capture_output=True,
+                         text=True, timeout=120).stdout
+
+    class Page(HTMLParser):
+        """Ids, the text under each id'd element, the classes seen and the polylines' point counts."""
+
+        def __init__(self):
+            super().__init__()
+            self.stack, self.text, self.classes, self.polylines = [], {}, [], {}
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            self.classes += (a.get("class") or "").split()
+            ids = [i for i in self.stack if i]
+            if tag == "polyline" and ids:
+                self.polylines.setdefault(ids[-1], []).append(len((a.get("points") or "").split()))
+            if tag not in ("br", "img", "meta", "link", "input", "polyline", "circle", "line", "rect", "path"):
+                self.stack.append(a.get("id"))
+
+        def handle_endtag(self, tag):
+            if tag not in ("br", "img", "meta", "link", "input", "polyline", "circle", "line", "rect", "path") \
+                    and self.stack:
+                self.stack.pop()
+
+        def handle_data(self, data):
+            for i in self.stack:
+                if i:
+                    self.text[i] = self.text.get(i, "") + data
+
+    page = Page()
+    page.feed(dom)
+    assert "http://" not in dom.replace("http://www.w3.org", "") and "https://" not in dom  # nothing fetched
+    for key in ("checks", "matrix-latency_p50_us", "plot-all_reduce", "versions"):
+        assert key in page.text, key
+    for c in mine["checks"]:
+        assert c["id"] in page.text["checks"]
+    assert page.classes.count("status-PASS") >= len(NODES) and "status-FAIL" not in page.classes
+    for host in NODES:
+        assert host in page.text["matrix-latency_p50_us"]
+    p50 = mine["network"]["latency_p50_us"]
+    assert f"{p50['node1']['node2']:.0f}" in page.text["matrix-latency_p50_us"]
+    assert max(page.polylines["plot-all_reduce"]) == len(mine["collectives"]["all_reduce"])
+
+    # the same report from the CLI: JUnit as written, and no change against the healthy run
+    junit = run([os.path.join(BIN, "ncclprep"), "report", run_dir, "--format", "junit"], timeout=60)
+    assert junit.returncode == 0 and junit.stdout == open(os.path.join(run_dir, "junit.xml")).read()
+    diff = run([os.path.join(BIN, "ncclprep"), "report", run_dir, "--compare", os.path.join(HEALTHY["reports"],
+                                                                                            "latest")], timeout=60)
+    assert diff.returncode == 0, diff.stdout
+
+
 def test_validate_under_limit_and_check_mode_still_measures_and_reports(cluster, tmp_path_factory):
     limited = str(tmp_path_factory.mktemp("reports"))
     val = run([os.path.join(BIN, "ansible-playbook"), "validate.yml", "-i", "inventory/local", "-l", "node1,node2",
@@ -202,8 +320,8 @@ BAD_INPUT_WORKERS = 3
 @pytest.fixture(scope="module")
 def bad_input_runs(cluster):
     """site.yml with each bad input, a few at a time: {extra: CompletedProcess}."""
-    def site(extra):
-        return extra, run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local", "-e", extra],
+    def site(extra):  # through the CLI, with Ansible's output shown (-v)
+        return extra, run([os.path.join(BIN, "ncclprep"), "provision", "-i", "inventory/local", "-v", "-e", extra],
                           timeout=600)
 
     start = time.monotonic()
@@ -216,8 +334,9 @@ def bad_input_runs(cluster):
 @pytest.mark.parametrize("extra,message", BAD_INPUT)
 def test_bad_input_fails_before_any_change(bad_input_runs, extra, message):
     bad = bad_input_runs[extra]
-    assert bad.returncode != 0
+    assert bad.returncode == 2  # ncclprep: bad input, refused before any change
     assert message in bad.stdout
+    assert re.search(r"^ncclprep: provision: node\d failed at '[^']+': ", bad.stderr, re.M)
     # refused by the checking play: the provisioning play never started
     assert "PLAY [Provision the nodes]" not in bad.stdout
     counters = recap(bad.stdout)
@@ -313,10 +432,11 @@ def test_fault_on_node2_turns_exactly_its_check_bad(cluster, tmp_path_factory, i
         # Without the torchrun job: its worker's intermittent SIGABRT at exit (an open finding of
         # its own, seen in 1 of 4 runs of these faults) is no part of these checks; the healthy
         # run above proves the job.
-        val = playbook("validate", reports, timeout=600, extra=("-e", "preflight_smoke_enabled=false"))
-        assert val.returncode != 0
+        val = playbook("validate", reports, timeout=600, extra=("-e", "preflight_smoke_enabled=false"), cli=True)
+        assert val.returncode == 1  # ncclprep: a check failed
         bad = {c["id"]: c for c in load(reports)["checks"] if c["status"] in ("FAIL", "HANG")}
         assert list(bad) == [cid], bad
+        assert f"| FAIL | {cid} | {', '.join(hosts)} |" in val.stdout
         assert bad[cid]["hosts"] == hosts and detail in bad[cid]["message"], bad[cid]
     finally:
         run(["podman", "exec", "ncclprep-node2", "sh", "-c", undo], timeout=60)

@@ -97,7 +97,7 @@ def test_installed_cli_imports_module_utils(tmp_path):
 
 
 def test_cli_runs_a_playbook_through_ansible_runner():
-    out = subprocess.run([os.path.join(BIN, "ncclprep"), "site", "-i", os.path.join(REPO, "inventory", "example"),
+    out = subprocess.run([os.path.join(BIN, "ncclprep"), "provision", "-i", os.path.join(REPO, "inventory", "example"),
                           "--", "--list-hosts"], capture_output=True, text=True, timeout=120, env=ENV)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "gpu-node-01" in out.stdout and "gpu-node-02" in out.stdout
