@@ -80,10 +80,11 @@ def write_reports(base: str, cluster: dict, host_records: dict, stamp: str | Non
     run = os.path.join(base, stamp)
     os.makedirs(os.path.join(run, "hosts"), exist_ok=True)
     _write_json(os.path.join(run, "cluster.json"), cluster)
+    named = [(c, named_hosts(c, cluster["hosts"])) for c in cluster["checks"]]
     for host in cluster["hosts"]:
         record = dict(host_records.get(host) or {})
         record["host"] = host
-        record["checks"] = [c for c in cluster["checks"] if host in named_hosts(c, [host])]
+        record["checks"] = [c for c, hosts in named if host in hosts]
         _write_json(os.path.join(run, "hosts", f"{host}.json"), record)
     for name, render in FILES.items():
         write_atomic(os.path.join(run, name), render(cluster))

@@ -18,12 +18,6 @@ BAD = ("FAIL", "HANG")
 _LINK = re.compile(r"^(?:link )?(.+?) <?-> (.+)$")
 
 
-def worst(statuses: Iterable[str]) -> str:
-    """The worst of some statuses by SEVERITY (PASS for none)."""
-    seen = set(statuses)
-    return next((s for s in SEVERITY if s in seen), "PASS")
-
-
 def name_ends(name: str) -> list[str]:
     """The hosts a blamed name stands for: ``node1`` -> [node1]; a link ``node1 -> node2`` or
     ``node1 <-> node2`` (how the checks name links, checks/network.py) -> both ends."""

@@ -130,7 +130,7 @@ def _nice(top: float) -> tuple[float, float]:
     return math.ceil(top / step) * step, step
 
 
-PLOT = {"width": 520, "height": 280, "left": 64, "right": 16, "top": 16, "bottom": 52}
+PLOT = {"width": 520, "height": 280, "left": 64, "right": 36, "top": 16, "bottom": 52}
 
 
 def _plot(op: str, rows: list[dict], floor: float | None) -> dict:
