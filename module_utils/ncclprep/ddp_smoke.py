@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
-    print(MARKER + json.dumps({
+    report(MARKER + json.dumps({
         "rank": rank,
         "local_rank": local_rank,
         "world_size": world,
@@ -86,8 +86,20 @@ def main(argv=None) -> int:
         "final_loss": losses[-1] if losses else None,
         "params_identical": identical,
         "seconds": round(time.perf_counter() - start, 3),
-    }), flush=True)
+    }))
     return 0 if identical else 3
+
+
+def report(line: str) -> None:
+    """Write one result line to standard output in a single write(2).
+
+    The workers of a node share torchrun's standard output: print() in an unbuffered
+    interpreter writes the text and its newline separately, so two workers' lines can run
+    into each other. One write of under PIPE_BUF (4096) bytes to a pipe is atomic (POSIX
+    write(2), pipe(7)), so the line arrives whole.
+    """
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float, host: str) -> dict:
@@ -99,17 +111,21 @@ def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float,
     host}``. A job killed at the deadline after every local worker printed a correct result was
     waiting for the other nodes: torchrun's agent holds a finished node in its exit barrier
     until every node's agent is done (torch.distributed.elastic LocalElasticAgent,
-    ``exit_barrier_timeout``), so the error says to look at the node that failed.
+    ``exit_barrier_timeout``), so the error says to look at the node that failed. Result lines are
+    found anywhere in the output, also run together with other text on one line.
     """
     lines = output.splitlines()
     workers = []
-    for line in lines:
-        idx = line.find(MARKER)
-        if idx >= 0:
-            try:
-                workers.append(json.loads(line[idx + len(MARKER):]))
-            except ValueError:
-                pass
+    decoder = json.JSONDecoder()
+    idx = output.find(MARKER)
+    while idx >= 0:  # anywhere, not per line: the workers of a node share one pipe
+        try:
+            worker, _end = decoder.raw_decode(output, idx + len(MARKER))
+        except ValueError:
+            worker = None
+        if isinstance(worker, dict):
+            workers.append(worker)
+        idx = output.find(MARKER, idx + len(MARKER))
     correct = bool(workers) and all(w.get("params_identical") for w in workers)
     out = {"rc": rc, "workers": workers, "elapsed_s": elapsed_s, "log_tail": [ln[-300:] for ln in lines[-15:]],
            "error": None, "host": host}

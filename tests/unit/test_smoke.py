@@ -30,7 +30,7 @@ def test_the_script_trains_under_torchrun_and_every_worker_exits_0(tmp_path):
                          env=env, timeout=180)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     result = ddp_smoke.read_result(out.stdout + out.stderr, out.returncode, 120, 1.0, "here")
-    assert result["status"] == "PASS"
+    assert result["status"] == "PASS", (result, out.stdout[-3000:], out.stderr[-3000:])
     assert sorted(w["rank"] for w in result["workers"]) == [0, 1]
     for w in result["workers"]:
         assert w["world_size"] == 2 and w["params_identical"] is True and w["backend"] == "gloo"
@@ -48,6 +48,18 @@ def test_result_pass_fail_and_bad_parameters():
     assert differ["status"] == "FAIL" and "different parameters" in differ["error"]
     silent = ddp_smoke.read_result(ddp_smoke.MARKER + "{not json\n", 0, 120, 4, "node1")
     assert silent["status"] == "FAIL" and silent["workers"] == []
+
+
+def test_results_of_workers_that_wrote_at_once_are_all_read():
+    """Two workers' unbuffered print()s interleaved on one pipe (seen in the unit suite): text, text, newlines."""
+    joined = "warn: x" + line(0) + line(1) + "\n\n" + ddp_smoke.MARKER + "{broken\n" + "[rank2]: " + line(2) + "\n"
+    result = ddp_smoke.read_result(joined, 0, 120, 1, "node1")
+    assert [w["rank"] for w in result["workers"]] == [0, 1, 2] and result["status"] == "PASS"
+
+
+def test_a_result_line_is_one_write(capfd):
+    ddp_smoke.report(line(5))
+    assert capfd.readouterr().out == line(5) + "\n"
 
 
 def test_a_node_killed_at_the_deadline_after_a_correct_job_was_waiting_for_the_others():
