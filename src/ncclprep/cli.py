@@ -64,6 +64,9 @@ def _explain_failure(result: RunResult, what: str) -> None:
         print(f"ncclprep: {what}: {f.host} {err} at '{f.task}': {f.message}", file=sys.stderr)
     if len(result.failures) > 10:
         print(f"ncclprep: ... and {len(result.failures) - 10} more failed tasks", file=sys.stderr)
+    if result.no_hosts and not result.recap:
+        print(f"ncclprep: {what}: no host in the inventory matched {', '.join(dict.fromkeys(result.no_hosts))} "
+              "(an empty or unparsable inventory, or one without that group); nothing ran", file=sys.stderr)
     if not result.failures:
         for line in result.output_tail:
             print(f"ncclprep: {line}", file=sys.stderr)

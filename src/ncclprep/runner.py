@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -55,6 +56,11 @@ REPORT_ACTIONS = frozenset({"cluster_report"})
 #: ansible-playbook's own exit codes for bad options and for a parse error of the playbook or
 #: inventory (ansible-core lib/ansible/cli/__init__.py: 5 = bad options, 4 = parser error).
 PLAYBOOK_USAGE_RCS = frozenset({4, 5})
+#: ansible-playbook's exit status for an error before any task ran ("ERROR! Specified inventory, host
+#: pattern and/or --limit leaves us with no hosts to target", an unreadable -e @file).
+PLAYBOOK_ERROR_RC = 1
+#: Terminal colour codes in ansible-playbook's output.
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclasses.dataclass
@@ -91,6 +97,10 @@ class RunResult:
     elapsed_s: float = 0.0
     error: str | None = None
     output_tail: list[str] = dataclasses.field(default_factory=list)
+    #: host patterns of the plays that matched no host (an empty or unparsable inventory)
+    no_hosts: list[str] = dataclasses.field(default_factory=list)
+    #: tasks started (None: not counted)
+    tasks: int | None = None
 
     @property
     def exit_code(self) -> int:
@@ -111,8 +121,11 @@ def exit_code(result: RunResult) -> int:
         return EXIT_PASS if result.report.get("status") == "PASS" else EXIT_CHECK_FAILED
     others = [f for f in result.failures if f.task != VERDICT_TASK]
     if result.rc == 0 and not others:
-        return EXIT_PASS
+        # every play matched no host and nothing ran: the inventory gave no host, nothing passed
+        return EXIT_BAD_INPUT if result.no_hosts and not result.recap else EXIT_PASS
     if result.rc in PLAYBOOK_USAGE_RCS and not result.failures:
+        return EXIT_BAD_INPUT
+    if result.rc == PLAYBOOK_ERROR_RC and not result.failures and result.tasks == 0:
         return EXIT_BAD_INPUT
     return EXIT_COULD_NOT_RUN
 
@@ -143,7 +156,9 @@ class Progress:
         self.start = clock()
         self.task = ""
         self.play = ""
+        self.pattern = ""
         self.tasks = 0
+        self.no_hosts: list[str] = []
         self.counts = {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0}
         self.failures: list[Failure] = []
         self.report: dict | None = None
@@ -161,6 +176,9 @@ class Progress:
         host = data.get("host") or ""
         if kind == "playbook_on_play_start":
             self.play = data.get("play") or data.get("name") or ""
+            self.pattern = data.get("pattern") or self.play
+        elif kind == "playbook_on_no_hosts_matched":
+            self.no_hosts.append(self.pattern or data.get("play") or "")
         elif kind == "playbook_on_task_start":
             self.task, self.tasks = data.get("task") or data.get("name") or "", self.tasks + 1
             self._draw("", newline=not self.tty)
@@ -259,7 +277,8 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         )
         rc = runner.rc if isinstance(runner.rc, int) else EXIT_COULD_NOT_RUN
         error = None if runner.status in ("successful", "failed") else f"ansible-playbook {runner.status}"
-        tail = _tail(runner) if rc != 0 and not progress.failures else []
+        tail = _tail(runner) if (rc != 0 and not progress.failures) or (progress.no_hosts and not progress.recap) \
+            else []
     except KeyboardInterrupt:
         rc, error, tail = 130, "interrupted", []
     finally:
@@ -268,7 +287,8 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         progress.close()
         shutil.rmtree(private, ignore_errors=True)
     return RunResult(rc=rc, failures=progress.failures, report=progress.report, recap=progress.recap,
-                     elapsed_s=round(time.monotonic() - started, 1), error=error, output_tail=tail)
+                     elapsed_s=round(time.monotonic() - started, 1), error=error, output_tail=tail,
+                     no_hosts=progress.no_hosts, tasks=progress.tasks)
 
 
 def _tail(runner, lines: int = 15) -> list[str]:
@@ -277,4 +297,4 @@ def _tail(runner, lines: int = 15) -> list[str]:
         text = runner.stdout.read()
     except (OSError, AttributeError):
         return []
-    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+    return [ln for ln in (_ANSI_RE.sub("", t) for t in text.splitlines()) if ln.strip()][-lines:]

@@ -48,7 +48,8 @@ INPUT = ev("runner_on_failed", host="node2", task="Check preflight_probe_local_r
 
 def result_of(events, rc):
     progress, _ = feed(events)
-    return RunResult(rc=rc, failures=progress.failures, report=progress.report, recap=progress.recap)
+    return RunResult(rc=rc, failures=progress.failures, report=progress.report, recap=progress.recap,
+                     no_hosts=progress.no_hosts, tasks=progress.tasks)
 
 
 @pytest.mark.parametrize("events,rc,code", [
@@ -229,3 +230,44 @@ def test_playbook_env_uses_the_repo_config_and_this_python():
     env = runner.playbook_env()
     assert env["ANSIBLE_CONFIG"] == os.path.join(runner.REPO_ROOT, "ansible.cfg")
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(os.sys.executable)
+
+
+# --- an inventory that gives no host (empty, unparsable, without the group) -----------------------------
+
+NO_HOSTS = [ev("playbook_on_play_start", play="Check and measure the nodes", pattern="ncclprep_nodes"),
+            ev("playbook_on_no_hosts_matched", play="Check and measure the nodes"),
+            ev("playbook_on_stats", ok={}, changed={}, failures={}, dark={}, skipped={}, processed={})]
+
+
+def test_a_run_on_no_host_is_bad_input_not_a_pass():
+    result = result_of(NO_HOSTS, 0)
+    assert result.no_hosts == ["ncclprep_nodes"] and result.exit_code == EXIT_BAD_INPUT
+
+
+def test_a_limit_that_leaves_no_host_is_bad_input():
+    # ansible-playbook: "Specified inventory, host pattern and/or --limit leaves us with no hosts to target" (rc 1,
+    # before any play or task)
+    assert result_of([], 1).exit_code == EXIT_BAD_INPUT
+    started = [ev("playbook_on_task_start", task="t")]
+    assert result_of(started, 1).exit_code == EXIT_COULD_NOT_RUN
+
+
+def test_validate_on_an_empty_inventory_says_so(monkeypatch, capsys):
+    def fake(*a, **k):
+        progress, _ = feed(NO_HOSTS)
+        return RunResult(rc=0, recap=progress.recap, no_hosts=progress.no_hosts,
+                         output_tail=["[WARNING]: Unable to parse /tmp/empty.yml as an inventory source"])
+
+    monkeypatch.setattr(cli, "run_playbook", fake)
+    assert cli.main(["validate", "-i", "/tmp/empty.yml"]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert "ncclprep validate: FAIL" in captured.out and "PASS" not in captured.out
+    assert "no host in the inventory matched ncclprep_nodes" in captured.err
+    assert "Unable to parse /tmp/empty.yml" in captured.err
+
+
+def test_output_tail_has_no_colour_codes():
+    class Fake:
+        stdout = io.StringIO("\x1b[0;31m[ERROR]: Specified inventory leaves us with no hosts to target.\x1b[0m\n")
+
+    assert runner._tail(Fake()) == ["[ERROR]: Specified inventory leaves us with no hosts to target."]
