@@ -148,9 +148,16 @@ _NAME_HINTS = {
 _COMPANIONS = {"torch_dist": "nccl_log", "nccl_log": "torch_dist"}
 #: Score a companion kind needs to be read as well.
 COMPANION_SCORE = 4
+#: Characters of a long input's head and of its tail that kind detection reads (a kind's signature
+#: lines are in the first and last screenfuls; a 50 MB log is not scanned 40 times).
+SCORE_WINDOW = 1 << 20
+#: Control characters that are not text (tab, newline, carriage return and form feed are).
+_CONTROL_CHARS = tuple(chr(c) for c in range(32) if chr(c) not in "\t\n\r\f")
 
 
 def _scores(text: str) -> dict[str, int]:
+    if len(text) > 2 * SCORE_WINDOW:
+        text = text[:SCORE_WINDOW] + "\n" + text[-SCORE_WINDOW:]
     out: dict[str, int] = {}
     for kind, regex, weight in _SIGNATURES:
         hits = 0
@@ -195,6 +202,10 @@ def detect_kind(text: str, name: str | None = None) -> str | None:
     return best if scores[best] >= MIN_SCORE else None
 
 
+def _control_count(text: str) -> int:
+    return sum(text.count(c) for c in _CONTROL_CHARS)
+
+
 def decode_input(data: bytes) -> tuple[str | None, str | None]:
     """``(text, None)`` for text bytes, ``(None, reason)`` for binary data.
 
@@ -204,7 +215,7 @@ def decode_input(data: bytes) -> tuple[str | None, str | None]:
     if b"\x00" in data:
         return None, "binary input (NUL bytes): not the text output of a tool"
     text = data.decode("utf-8", errors="replace")
-    bad = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\t\n\r\f"))
+    bad = text.count("\ufffd") + _control_count(text)
     if text and bad > 0.1 * len(text):
         return None, f"binary input ({bad} of {len(text)} characters are not text)"
     return text, None
@@ -217,7 +228,7 @@ def _text_error(text) -> str | None:
         return "empty input: nothing to read"
     if "\x00" in text:
         return "binary input (NUL bytes): not the text output of a tool"
-    bad = sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\f")
+    bad = _control_count(text)
     if bad > 0.1 * len(text):
         return f"binary input ({bad} of {len(text)} characters are control characters)"
     return None
@@ -279,12 +290,19 @@ def _ib_block(lines: list[str], device: str, port) -> list[str]:
 _TOPO_ROW_RE = re.compile(r"^\s*GPU\d+\s+(?!GPU\d)\S")
 
 
+def _iface_lines(lines: list[str], names) -> list[str]:
+    """The lines listing one of the interfaces ``names`` (``[i]name:``): one pass, one regex."""
+    if not names:
+        return []
+    regex = re.compile(r"\](?:" + "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True)) + r"):")
+    return [ln for ln in lines if "]" in ln and regex.search(ln)]
+
+
 def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
     """The input lines that show finding ``f`` (quoted as printed, at most MAX_EVIDENCE and a count)."""
     fid = f["id"]
     if fid == "nccl.socket_virtual_ifaces":
-        real = [ln for ln in lines if any(f"]{r}:" in ln for r in f.get("real") or [])]
-        virtual = [ln for ln in lines if any(f"]{v}:" in ln for v in f.get("virtual") or [])]
+        real, virtual = _iface_lines(lines, f.get("real")), _iface_lines(lines, f.get("virtual"))
         head = _grep(lines, "NET/Socket : Using", limit=1)
         out = _union(head, real[:2], virtual[:3], limit=MAX_EVIDENCE)
         if len(virtual) > 3:
@@ -403,6 +421,8 @@ def _split_hosts(text: str, default: str) -> dict[str, list[str]]:
 
 def _read_nccl_log(text: str, host: str | None, opts: dict) -> dict:
     parsed = parse_nccl_log(text)
+    # the same list printed again (several ranks of one host, a restarted job) is one list
+    parsed["socket_interfaces"] = list({(i["name"], i["address"]): i for i in parsed["socket_interfaces"]}.values())
     prefix_hosts = Counter(h for h in (line_host(ln) for ln in text.splitlines()) if h)
     if len(prefix_hosts) == 1:
         host = next(iter(prefix_hosts))

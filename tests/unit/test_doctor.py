@@ -420,3 +420,36 @@ def test_other_tools_are_found_and_judged(kind, text):
     assert ids == {"ifconfig": set(), "ethtool": {"ethtool.no_link"}, "numa_lscpu": {"numa.cpu_imbalance"},
                    "topo": {"topo.p2p_unsupported"}}[kind]
     assert all(f["evidence"] for f in r["findings"])
+
+
+# --- a log holding the socket list more than once (ranks of one host, a restarted job) ----------------
+
+def test_socket_list_printed_twice_is_read_once_and_still_names_the_nic():
+    text = open(case_path("nccl_log/socket-docker-bridges-selected.txt"), encoding="utf-8").read()
+    [got] = [diagnose_text(text * 2, "twice.txt")]
+    [f] = got["findings"]
+    assert f["id"] == "nccl.socket_virtual_ifaces" and f["suggested_ifname"] == "bond0"
+    assert len(f["virtual"]) == 15 and f["real"] == ["bond0"]
+    assert any(line.startswith("NCCL socket interfaces (16): bond0 (10.0.0.1), 11 br-*") for line in got["read"])
+
+
+def test_a_large_log_with_the_socket_list_repeated_is_read_in_linear_time():
+    import time
+
+    text = open(case_path("nccl_log/socket-docker-bridges-selected.txt"), encoding="utf-8").read()
+    big = text * 2000  # about 3.4 MB, 36000 interface lines
+    started = time.monotonic()
+    got = diagnose_text(big, "big.txt")
+    assert time.monotonic() - started < 20
+    [f] = got["findings"]
+    assert f["suggested_ifname"] == "bond0" and f["evidence"][0] == "INFO NET/Socket : Using"
+
+
+def test_kind_detection_and_decoding_of_30_mb_do_not_scan_it_per_signature():
+    import time
+
+    line = "node1:101:101 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+    big = line * (30_000_000 // len(line))
+    started = time.monotonic()
+    assert decode_input(big.encode())[1] is None and detect_kind(big) == "nccl_log"
+    assert time.monotonic() - started < 10
