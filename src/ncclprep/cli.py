@@ -205,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", metavar="RUN", help="the earlier run to compare RUN with")
     p.add_argument("--format", choices=FORMATS, default="md", help="md (default), html, json or junit")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    p.set_defaults(subparser=p)
     sub.add_parser("doctor", help="read a failed job's logs and tool output offline", add_help=False)
     return parser
 
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("provision", "validate"):
             return _playbook_command(args, extra)
         if extra and args.command == "report":
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "cluster":
             return _cluster_command(args, extra)
         return _report_command(args)

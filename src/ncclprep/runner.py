@@ -59,6 +59,9 @@ PLAYBOOK_USAGE_RCS = frozenset({4, 5})
 #: ansible-playbook's exit status for an error before any task ran ("ERROR! Specified inventory, host
 #: pattern and/or --limit leaves us with no hosts to target", an unreadable -e @file).
 PLAYBOOK_ERROR_RC = 1
+#: ansible-playbook's exit status for an option its argument parser refuses (argparse), and for a
+#: failed task; with no task started it is the former.
+PLAYBOOK_ARGPARSE_RC = 2
 #: Terminal colour codes in ansible-playbook's output.
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -125,7 +128,7 @@ def exit_code(result: RunResult) -> int:
         return EXIT_BAD_INPUT if result.no_hosts and not result.recap else EXIT_PASS
     if result.rc in PLAYBOOK_USAGE_RCS and not result.failures:
         return EXIT_BAD_INPUT
-    if result.rc == PLAYBOOK_ERROR_RC and not result.failures and result.tasks == 0:
+    if result.rc in (PLAYBOOK_ERROR_RC, PLAYBOOK_ARGPARSE_RC) and not result.failures and result.tasks == 0:
         return EXIT_BAD_INPUT
     return EXIT_COULD_NOT_RUN
 
@@ -297,4 +300,6 @@ def _tail(runner, lines: int = 15) -> list[str]:
         text = runner.stdout.read()
     except (OSError, AttributeError):
         return []
-    return [ln for ln in (_ANSI_RE.sub("", t) for t in text.splitlines()) if ln.strip()][-lines:]
+    out = [ln for ln in (_ANSI_RE.sub("", t) for t in text.splitlines()) if ln.strip()]
+    # a refused option: argparse's one error line, not the help text printed after it
+    return [ln for ln in out if ln.startswith("ansible-playbook: error:")] or out[-lines:]

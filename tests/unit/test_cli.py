@@ -271,3 +271,23 @@ def test_output_tail_has_no_colour_codes():
         stdout = io.StringIO("\x1b[0;31m[ERROR]: Specified inventory leaves us with no hosts to target.\x1b[0m\n")
 
     assert runner._tail(Fake()) == ["[ERROR]: Specified inventory leaves us with no hosts to target."]
+
+
+def test_an_option_ansible_playbook_does_not_know_is_a_usage_error():
+    # argparse in ansible-playbook: "error: unrecognized arguments" and exit status 2, before any play
+    assert result_of([], 2).exit_code == EXIT_BAD_INPUT
+    assert result_of([ev("playbook_on_task_start", task="t")], 2).exit_code == EXIT_COULD_NOT_RUN
+
+
+def test_output_tail_of_a_usage_error_is_the_error_not_the_help():
+    class Fake:
+        stdout = io.StringIO("usage: ansible-playbook [-h] [--version]\nansible-playbook: error: unrecognized "
+                             "arguments: --frobnicate\n \nusage: ansible-playbook [-h]\n" + "  -b  become\n" * 40)
+
+    assert runner._tail(Fake()) == ["ansible-playbook: error: unrecognized arguments: --frobnicate"]
+
+
+def test_report_usage_error_shows_the_report_usage(capsys):
+    assert cli.main(["report", "--bogus"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "usage: ncclprep report" in err and "unrecognized arguments: --bogus" in err
