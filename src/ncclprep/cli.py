@@ -120,7 +120,8 @@ def _resolve_run(name: str | None) -> str:
 
     Raises FileNotFoundError naming what was looked at.
     """
-    candidates = [os.path.join(REPORTS, "latest")] if name is None else [name, os.path.join(REPORTS, name)]
+    candidates = ([os.path.join(REPORTS, "latest")] if name is None
+                  else list(dict.fromkeys([name, os.path.join(REPORTS, name)])))  # an absolute path: once
     for path in candidates:
         if os.path.isfile(os.path.join(path, "cluster.json")):
             return os.path.realpath(path)

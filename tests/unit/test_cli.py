@@ -291,3 +291,9 @@ def test_report_usage_error_shows_the_report_usage(capsys):
     assert cli.main(["report", "--bogus"]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "usage: ncclprep report" in err and "unrecognized arguments: --bogus" in err
+
+
+def test_report_of_an_absolute_path_that_is_no_run_names_it_once(capsys, tmp_path):
+    assert cli.main(["report", str(tmp_path)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"no report at {tmp_path} (run ncclprep validate first)" in err
