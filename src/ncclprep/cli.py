@@ -23,8 +23,11 @@ import sys
 from ncclprep import REPO_ROOT, __version__
 from ncclprep.runner import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_COULD_NOT_RUN, EXIT_PASS, RunResult, run_playbook
 
-EPILOG = ("exit codes: 0 all passed; 1 a check failed or hung; 2 bad input or usage; 3 could not run. "
-          "Other arguments go to ansible-playbook as given.")
+EPILOG = "exit codes: 0 all passed; 1 a check failed or hung; 2 bad input or usage; 3 could not run."
+#: The playbook commands' epilog: what they do with the arguments they do not know.
+PLAYBOOK_EPILOG = EPILOG + " Other arguments go to ansible-playbook as given."
+REPORT_EPILOG = ("exit codes: 0 the run passed; 1 it failed (with --compare: a check failed that passed "
+                 "before); 2 no such run or bad usage.")
 REPORTS = os.path.join(REPO_ROOT, "reports")
 FORMATS = ("md", "html", "json", "junit")
 #: ansible-playbook arguments that only list or check (their output is shown as with -v).
@@ -181,11 +184,11 @@ def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (each has --help)."""
-    parser = argparse.ArgumentParser(prog="ncclprep", description=__doc__.splitlines()[0], epilog=EPILOG,
+    parser = argparse.ArgumentParser(prog="ncclprep", description=__doc__.splitlines()[0], epilog=PLAYBOOK_EPILOG,
                                      allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"ncclprep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("cluster", help="bring the local podman cluster up or down", epilog=EPILOG,
+    p = sub.add_parser("cluster", help="bring the local podman cluster up or down", epilog=PLAYBOOK_EPILOG,
                        description="The local test cluster of podman containers (playbooks/local_cluster.yml); "
                                    "its inventory is inventory/local.", allow_abbrev=False)
     p.add_argument("action", choices=("up", "down"))
@@ -194,12 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("provision", "provision every node (site.yml)"),
                        ("validate", "the preflight before jobs: check, measure, report (validate.yml)")):
         p = sub.add_parser(name, help=text, description=text + ". Other arguments go to ansible-playbook.",
-                           epilog=EPILOG, allow_abbrev=False)
+                           epilog=PLAYBOOK_EPILOG, allow_abbrev=False)
         p.add_argument("-i", "--inventory", help="inventory path, e.g. inventory/local")
         p.add_argument("-v", "--verbose", action="count", default=0,
                        help="show ansible-playbook's output instead of the progress line (-vv and more: "
                             "also pass -v... to ansible-playbook)")
-    p = sub.add_parser("report", help="print, convert or compare the reports of validate runs", epilog=EPILOG,
+    p = sub.add_parser("report", help="print, convert or compare the reports of validate runs", epilog=REPORT_EPILOG,
                        description="Print a validate run's report (default: reports/latest) in one of the "
                                    "formats, or what changed since another run.", allow_abbrev=False)
     p.add_argument("run", nargs="?", help="run folder, or its name under reports/ (default reports/latest)")

@@ -21,6 +21,15 @@ def test_docker_bridges_diagnosis_names_bond0(case):
     assert "NCCL_SOCKET_IFNAME=bond0" in f["remediation"]
 
 
+def test_socket_lists_of_several_hosts_name_each_interface_once():
+    """Two hosts' logs pasted together, each listing eth0 and docker0: one real NIC, eth0, to suggest."""
+    text = ("a:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]docker0:172.17.0.1<0>\n"
+            "b:2:2 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0> [1]docker0:172.17.0.1<0>\n")
+    f = diagnose_nccl_log(parse_nccl_log(text))[0]
+    assert f["real"] == ["eth0"] and f["virtual"] == ["docker0"] and f["suggested_ifname"] == "eth0"
+    assert "uses 1 container/virtual interfaces (docker0) next to eth0" in f["message"]
+
+
 def test_socket_ifname_missing(case):
     parsed = parse_nccl_log(case("nccl_log/socket-ifname-missing.txt"))
     assert parsed["unparsed"] == []

@@ -265,8 +265,10 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     out: list[dict] = []
     subject_host = host or "host"
     ifaces = parsed.get("socket_interfaces", [])
-    virtual = [i["name"] for i in ifaces if _is_virtual(i["name"])]
-    real = [i["name"] for i in ifaces if not _is_virtual(i["name"])]
+    # a log of several ranks or hosts lists the same interfaces again: each name once, first seen first
+    names = list(dict.fromkeys(i["name"] for i in ifaces))
+    virtual = [n for n in names if _is_virtual(n)]
+    real = [n for n in names if not _is_virtual(n)]
     if virtual:
         suggest = real[0] if len(real) == 1 else None
         out.append(finding("nccl.socket_virtual_ifaces", "FAIL", subject_host,
