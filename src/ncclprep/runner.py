@@ -134,8 +134,13 @@ def exit_code(result: RunResult) -> int:
 
 
 def _message(res) -> str:
+    """One line for a failed task's result: its msg (stderr, reason); for a loop whose msg only says
+    that items failed, the failed items' own messages."""
     if not isinstance(res, dict):
         return str(res)
+    items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if items and str(res.get("msg", "")).startswith("One or more items failed"):
+        return "; ".join(dict.fromkeys(_message(r) for r in items))[:400]
     msg = res.get("msg") or res.get("stderr") or res.get("reason") or ""
     if isinstance(msg, list):
         msg = "; ".join(str(m) for m in msg)
@@ -152,10 +157,13 @@ class Progress:
     """
 
     def __init__(self, label: str, stream: IO[str] | None = None, verbose: bool = False,
-                 clock=time.monotonic) -> None:
+                 clock=time.monotonic, echo: IO[str] | None = None) -> None:
         self.label, self.verbose, self.clock = label, verbose, clock
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        # where -v shows ansible-playbook's output: standard output, colour kept only on a terminal
+        self.echo = echo if echo is not None else sys.stdout
+        self.echo_tty = bool(getattr(self.echo, "isatty", lambda: False)())
         self.start = clock()
         self.task = ""
         self.play = ""
@@ -177,6 +185,8 @@ class Progress:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         host = data.get("host") or ""
+        if self.verbose and event.get("stdout"):
+            self._echo(event["stdout"])
         if kind == "playbook_on_play_start":
             self.play = data.get("play") or data.get("name") or ""
             self.pattern = data.get("pattern") or self.play
@@ -212,6 +222,15 @@ class Progress:
                     self.recap.setdefault(h, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0,
                                               "skipped": 0})[name] = n
         return True
+
+    def _echo(self, text: str) -> None:
+        """Show one event's output as ansible-playbook printed it (its pty's CRs dropped; its colour
+        codes dropped unless standard output is a terminal)."""
+        text = text.replace("\r", "")
+        if not self.echo_tty:
+            text = _ANSI_RE.sub("", text)
+        self.echo.write(text + "\n")
+        self.echo.flush()
 
     def _draw(self, state: str, newline: bool = False) -> None:
         if self.verbose or (not self.tty and not newline):
@@ -267,6 +286,8 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
     progress = Progress(label, stream=stream, verbose=verbose)
     private = tempfile.mkdtemp(prefix="ncclprep-run-")
     env = dict(os.environ, **playbook_env())
+    if not (verbose and progress.echo_tty):  # ansible-playbook runs on a pty: no colour unless shown on one
+        env["ANSIBLE_NOCOLOR"] = "1"
     started = time.monotonic()
     saved = dict(os.environ)
     try:
@@ -276,7 +297,7 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         runner = ansible_runner.run(
             private_data_dir=private, project_dir=REPO_ROOT, playbook=playbook,
             cmdline=" ".join(shlex.quote(a) for a in args), envvars=env,
-            event_handler=progress, quiet=not verbose, suppress_env_files=True,
+            event_handler=progress, quiet=True, suppress_env_files=True,
         )
         rc = runner.rc if isinstance(runner.rc, int) else EXIT_COULD_NOT_RUN
         error = None if runner.status in ("successful", "failed") else f"ansible-playbook {runner.status}"

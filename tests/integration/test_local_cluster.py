@@ -336,7 +336,8 @@ def test_bad_input_fails_before_any_change(bad_input_runs, extra, message):
     bad = bad_input_runs[extra]
     assert bad.returncode == 2  # ncclprep: bad input, refused before any change
     assert message in bad.stdout
-    assert re.search(r"^ncclprep: provision: node\d failed at '[^']+': ", bad.stderr, re.M)
+    # the CLI names host, task and the input check's own message
+    assert re.search(rf"^ncclprep: provision: node\d failed at '.+?': .*{re.escape(message[:40])}", bad.stderr, re.M)
     # refused by the checking play: the provisioning play never started
     assert "PLAY [Provision the nodes]" not in bad.stdout
     counters = recap(bad.stdout)

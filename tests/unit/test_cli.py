@@ -303,3 +303,27 @@ def test_report_of_an_absolute_path_that_is_no_run_names_it_once(capsys, tmp_pat
     assert cli.main(["report", str(tmp_path)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert f"no report at {tmp_path} (run ncclprep validate first)" in err
+
+
+def test_verbose_shows_each_events_output_without_pty_returns_or_colour_off_a_terminal():
+    out, err = io.StringIO(), io.StringIO()
+    progress = Progress("provision", stream=err, verbose=True, echo=out)
+    progress(ev("playbook_on_play_start", play="Check the inventory before any change"))
+    progress({"event": "playbook_on_stats", "event_data": {"ok": {"node1": 3}},
+              "stdout": "\r\nPLAY RECAP ****\r\n\x1b[0;31mnode1\x1b[0m      : \x1b[0;32mok=3   \x1b[0m failed=1"})
+    assert out.getvalue() == "\nPLAY RECAP ****\nnode1      : ok=3    failed=1\n" and err.getvalue() == ""
+    tty = io.StringIO()
+    tty.isatty = lambda: True
+    shown = Progress("provision", stream=err, verbose=True, echo=tty)
+    shown({"event": "verbose", "stdout": "\x1b[0;31mERROR\x1b[0m"})
+    assert tty.getvalue() == "\x1b[0;31mERROR\x1b[0m\n"
+
+
+def test_a_failed_loop_is_named_by_its_failed_items_messages():
+    res = {"msg": "One or more items failed", "results": [
+        {"failed": False, "msg": "ok"},
+        {"failed": True, "msg": "value of roce_qos_pfc_priority must be one of: 0, 1, 2, 3, 4, 5, 6, 7, got: 9"},
+        {"failed": True, "msg": "value of roce_qos_pfc_priority must be one of: 0, 1, 2, 3, 4, 5, 6, 7, got: 9"}]}
+    progress, _ = feed([ev("runner_on_failed", host="node1", task="Check every role's variables against its "
+                           "argument spec", task_action="ansible.builtin.validate_argument_spec", res=res)])
+    assert progress.failures[0].message == res["results"][1]["msg"]  # each message once
