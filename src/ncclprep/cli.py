@@ -47,11 +47,12 @@ def _recap_table(result: RunResult) -> list[str]:
 
 def _checks_table(cluster: dict) -> list[str]:
     """Counts per status, then one row per check that is not PASS (the run's verdicts at a glance)."""
+    from ansible.module_utils.ncclprep.report.common import SEVERITY, counts
+
     checks = cluster.get("checks") or []
-    order = ("HANG", "FAIL", "WARN", "SKIP", "PASS")
-    counts = ", ".join(f"{s} {n}" for s in order if (n := sum(c["status"] == s for c in checks)))
-    lines = [f"{len(checks)} checks on {len(cluster.get('hosts') or [])} hosts: {counts}"]
-    rows = sorted((c for c in checks if c["status"] != "PASS"), key=lambda c: (order.index(c["status"]), c["id"]))
+    tally = ", ".join(f"{s} {n}" for s, n in counts(checks).items() if n)
+    lines = [f"{len(checks)} checks on {len(cluster.get('hosts') or [])} hosts: {tally}"]
+    rows = sorted((c for c in checks if c["status"] != "PASS"), key=lambda c: (SEVERITY.index(c["status"]), c["id"]))
     if rows:
         lines += ["", "| status | check | hosts | message |", "|---|---|---|---|"]
         for c in rows:

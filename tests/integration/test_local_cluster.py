@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import ncclprep
+from ncclprep.runner import playbook_env
 
 REPO = ncclprep.REPO_ROOT
 BIN = os.path.dirname(sys.executable)
@@ -39,12 +40,8 @@ pytestmark = [
 
 
 def env() -> dict:
-    e = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-             PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    conf = os.path.join(REPO, ".cluster", "containers.conf")
-    if os.path.exists(conf):
-        e["CONTAINERS_CONF"] = conf
-    return e
+    """The CLI's playbook environment (repository ansible.cfg, this venv first, podman settings), no colour."""
+    return dict(os.environ, ANSIBLE_FORCE_COLOR="0", **playbook_env())
 
 
 def record(name: str, seconds: float) -> None:
