@@ -92,16 +92,26 @@ def sysctl_value(value: object, key: str = "?", host: str = "?") -> str:
         raise AnsibleFilterError(f"{host}: sysctl {key}: {exc}") from None
 
 
-def sysctl_errors(settings: dict, available_congestion_control=None, host: str = "?") -> list[str]:
+def sysctl_errors(settings: dict, available_congestion_control=None, host: str = "?", known=None) -> list[str]:
     """Why each invalid setting is invalid: ``["node1: net.ipv4.tcp_congestion_control='brr': ..."]``.
 
     ``available_congestion_control`` is the node's tcp_available_congestion_control
-    (a space-separated string or a list); [] when every value is valid.
+    (a space-separated string or a list); ``known``: the names this kernel has (``sysctl -N -a``,
+    a list; None: not checked), a key outside it is unknown, with the closest names offered;
+    [] when every value is valid.
     """
+    import difflib
+
     if isinstance(available_congestion_control, str):
         available_congestion_control = available_congestion_control.split()
+    known = set(known) if known else None
     errors = []
     for key, value in sorted((settings or {}).items()):
+        if known is not None and key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+            errors.append(f"{host}: {key}={value!r}: no such sysctl on this kernel"
+                          + (f"; did you mean {close[0]}?" if close else " (sysctl -a lists the names)"))
+            continue
         why = check_value(key, value, available_congestion_control)
         if why:
             errors.append(f"{host}: {key}={value!r}: {why}")
@@ -195,6 +205,28 @@ def members(hostvars, hosts: list) -> dict:
     return out
 
 
+def member_duplicates(members: dict) -> list[str]:
+    """Why the membership map names one machine twice, or two machines with one address: a
+    line per data-plane address, host name or FQDN that two or more members share (None
+    values are left out). [] when every member is its own machine. Ranks on one address
+    would collide on the same rendezvous and Gloo ports, and a name shared by two machines
+    resolves to one of them only.
+    """
+    out = []
+    for key, what in (("address", "data-plane address"), ("name", "host name")):
+        seen: dict = {}
+        for host, m in (members or {}).items():
+            value = (m or {}).get(key)
+            if value:
+                seen.setdefault(value, []).append(host)
+        for value, hosts in seen.items():
+            if len(hosts) > 1:
+                out.append(f"{', '.join(hosts)} share the {what} {value}: one machine listed twice in the "
+                           "inventory, or two machines with one "
+                           + ("address (fix the interface's address)" if key == "address" else "name (rename one)"))
+    return out
+
+
 def numa_pinning_intent(facts: dict, nproc=None, interface=None, cpus=None, host: str = "?") -> dict:
     """numa.numa_intent on ``facts`` (ansible_facts.ncclprep.numa_pinning); a ValueError becomes an
     AnsibleFilterError naming the host and the role variables the values came from."""
@@ -251,6 +283,7 @@ class FilterModule:
         return {
             "ncclprep_data_plane": data_plane,
             "ncclprep_members": members,
+            "ncclprep_member_duplicates": member_duplicates,
             "ncclprep_ssh_targets": ssh_targets,
             "ncclprep_numa_pinning_intent": numa_pinning_intent,
             "ncclprep_irqs_to_pin": irqs_to_pin,

@@ -38,6 +38,17 @@ options:
     description: "nic_mtu: nic_mtu_persist, the managers asked which one defines the interface (persist.manager)."
   netplan_file: {type: path, description: "nic_mtu: nic_mtu's own netplan drop-in, not counted as a definition."}
   timeout: {type: float, default: 10.0, description: Deadline in seconds for each command.}
+  listening:
+    type: list
+    elements: dict
+    description: "firewall: the TCP listeners community.general.listen_ports_facts read (its C(tcp_listen)
+      facts), kept as C(listening) [{port, address, pid, name}] for the check firewall.ports_free."
+  env_files:
+    type: list
+    elements: path
+    default: []
+    description: "nccl_env: the launch env file and /etc/nccl.conf, read as they are on the node (C(files)),
+      for the check nccl_env.ifname."
 author: ncclprep contributors
 """
 
@@ -77,6 +88,8 @@ def main() -> None:
             persist=dict(type="str", default="auto", choices=list(readers.PERSIST)),
             netplan_file=dict(type="path"),
             timeout=dict(type="float", default=10.0),
+            listening=dict(type="list", elements="dict"),
+            env_files=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )

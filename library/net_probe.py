@@ -106,7 +106,7 @@ net:
       description: >-
         One row per direction measured by this host - src, dst, phase (1 or 2), round, latency_us
         {p50, p99, samples}, bandwidth_gbps, bytes, path_mtu {mtu, ok, largest}, ports {port: verdict},
-        hang, error.
+        hang, error, retried (what failed on the first try and passed on the second, as evidence).
     error: {type: str, description: Error text when the worker raised.}
     elapsed_s: {type: float, description: Seconds the probe took.}
 """

@@ -153,7 +153,8 @@ def resolve(entries: list, port: int, timeout: float) -> list:
                "reachable": None, "error": None}
         try:
             infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-            row["addresses"] = sorted({i[4][0] for i in infos})
+            # in the resolver's order: the first is what torch.distributed and Gloo take
+            row["addresses"] = list(dict.fromkeys(i[4][0] for i in infos))
         except socket.gaierror as exc:
             row["error"] = f"cannot resolve: {exc}"
             return row

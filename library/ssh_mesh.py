@@ -15,7 +15,10 @@ description:
   - Targets are taken in the order given (the caller orders them in rounds, sshmesh.peer_order, so
     every node is the target of about one login per round), O(parallel) hosts at once, the names of
     one host one after the other; a reset before the key exchange (sshd's MaxStartups under a burst)
-    is retried O(retries) times after a short random pause.
+    is retried O(retries) times after a short random pause, any other failure that may pass (a
+    timeout, a refused connection, no route, an unknown error) once; a refused key, a host key
+    and a name that does not resolve are not retried. A login that passed only on a retry keeps
+    its earlier tries' errors in C(retried) (ssh.trust then WARNs).
   - Each result says why a login failed (host key unknown or changed, key refused, name not
     resolved, timeout, refused) from OpenSSH's own messages.
   - Never changes anything; runs in check mode too and always returns C(changed=false).
@@ -37,7 +40,9 @@ options:
   retries:
     type: int
     default: 2
-    description: Retries of a login the peer reset before the key exchange (sshd's MaxStartups).
+    description: >-
+      Retries of a login the peer reset before the key exchange (sshd's MaxStartups); 0 also turns
+      off the one retry of other transient failures.
 author: ncclprep contributors
 """
 
@@ -50,8 +55,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 results:
-  description: "Per target: {host, name, attempts, ok, cause (null, host_key_unknown, host_key_changed, auth_denied,
-    unresolved, timeout, refused, unreachable, deadline, error), explanation, stderr, seconds}."
+  description: "Per target: {host, name, attempts, retried (each earlier try's cause and ssh's last line), ok, cause
+    (null, host_key_unknown, host_key_changed, auth_denied, unresolved, timeout, refused, unreachable, deadline,
+    error), explanation, stderr, seconds}."
   returned: always
   type: list
   elements: dict
@@ -64,16 +70,19 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.sshmesh import classify, is_reset, ssh_argv
+from ansible.module_utils.ncclprep.sshmesh import TRANSIENT, classify, is_reset, ssh_argv
 
 
 def attempt(target: dict, p: dict) -> dict:
-    """One login; a reset before the key exchange (sshd's MaxStartups) is retried up to
-    p["retries"] times after a short random pause, inside the same deadline."""
+    """One login, inside one deadline. A reset before the key exchange (sshd's MaxStartups) is
+    retried up to p["retries"] times after a short random pause; any other failure that may
+    pass (TRANSIENT causes) once. Each failed try before the last is kept in ``retried``
+    ("<cause>: <ssh's last line>"), the evidence of a login that passed only on a retry."""
     argv = ssh_argv(target["name"], p["user"], p["identity"], p["port"], max(1, int(p["timeout"] / 3)),
                     p["known_hosts"])
     start = time.monotonic()
-    tries = 0
+    tries = resets = others = 0
+    retried = []
     while True:
         tries += 1
         left = p["timeout"] - (time.monotonic() - start)
@@ -83,12 +92,20 @@ def attempt(target: dict, p: dict) -> dict:
             rc, stderr = proc.returncode, proc.stderr
         except subprocess.TimeoutExpired as exc:
             rc, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-        if rc in (0, None) or not is_reset(stderr) or tries > p["retries"] \
-                or time.monotonic() - start > p["timeout"] / 2:
+        verdict = classify(rc, stderr)
+        if verdict["ok"] or rc is None or time.monotonic() - start > p["timeout"] / 2:
             break
+        if is_reset(stderr) and resets < p["retries"]:
+            resets += 1
+        elif verdict["cause"] in TRANSIENT and not others and p["retries"] > 0:
+            others += 1
+        else:
+            break
+        retried.append(f"{'reset' if is_reset(stderr) else verdict['cause']}: "
+                       f"{(stderr.strip().splitlines() or [''])[-1][:200]}")
         time.sleep(random.uniform(0.2, 1.0) * tries)
     return dict(host=target.get("host"), name=target["name"], stderr=stderr.strip()[-2000:], attempts=tries,
-                seconds=round(time.monotonic() - start, 3), **classify(rc, stderr))
+                retried=retried, seconds=round(time.monotonic() - start, 3), **verdict)
 
 
 def run_in_rounds(targets: list, p: dict) -> list:

@@ -18,6 +18,8 @@ if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
 phases=()
 timings="$(mktemp "${TMPDIR:-/tmp}/ncclprep-timings.XXXXXX")"
 export NCCLPREP_TIMINGS="$timings"
+# the fault suite's healthy runs write the spread of every figure here (printed at the end)
+export NCCLPREP_SPREAD="$timings.spread.json"
 run_start=$SECONDS
 summary() {
   local rc=$?
@@ -31,6 +33,13 @@ summary() {
                 END { for (r in s) printf "  %-12s %-58s %7.1f s\n", "molecule", r " (scenario, all steps)", s[r] }' \
       "$timings" | sort -k2
     echo "  ----"
+  fi
+  if [ -s "$NCCLPREP_SPREAD" ]; then
+    echo "== spread over the healthy runs in a row (min / median / max)"
+    python3 -c 'import json, sys
+for k, v in json.load(open(sys.argv[1]))["spread"].items():
+    print("  {:<50}".format(k), "{min:>10.4g} {median:>10.4g} {max:>10.4g}".format(**v))' "$NCCLPREP_SPREAD" || true
+    rm -f "$NCCLPREP_SPREAD"
   fi
   local p
   for p in "${phases[@]}"; do printf '  %-71s %5d s\n' "${p% *}" "${p##* }"; done
@@ -66,6 +75,8 @@ fi
 phase "unit tests" python -m pytest -m "not molecule and not integration" --durations=10 || true
 if [ "$quick" -eq 0 ]; then
   phase "molecule (every role's scenario)" python -m pytest -m molecule --durations=0 || true
-  phase "integration (3-node local cluster)" python -m pytest -m integration --durations=0 || true
+  # one session, one cluster: tests/integration provisions it, tests/faults (the fault suite) follows
+  phase "integration and faults (3-node local cluster)" python -m pytest -m integration --durations=0 \
+    tests/integration tests/faults || true
 fi
 [ ${#failed[@]} -eq 0 ]

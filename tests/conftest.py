@@ -45,3 +45,30 @@ def timings():
                 fh.write(f"{phase}\t{name}\t{seconds:.1f}\n")
 
     return record
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The 3-node local podman cluster (tests/localcluster.py), up once for the session's slow
+    tiers and torn down at its end unless NCCLPREP_KEEP_CLUSTER=1. Returns the node names."""
+    from localcluster import NODES, run
+
+    up = run([os.path.join(REPO, "scripts", "local_cluster.sh"), "up", str(len(NODES))], timeout=1200)
+    assert up.returncode == 0, "local cluster bring-up failed"
+    yield NODES
+    if os.environ.get("NCCLPREP_KEEP_CLUSTER") != "1":
+        run([os.path.join(REPO, "scripts", "local_cluster.sh"), "down"], timeout=300)
+
+
+#: The slow tiers in the order they share the cluster: provisioning first, the faults after it.
+TIER_ORDER = ("tests/integration/", "tests/faults/")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run tests/integration before tests/faults whatever order the paths were given in (the
+    faults need the cluster the integration tier provisioned and leave node3 stopped)."""
+    def rank(item):
+        path = os.path.relpath(str(item.fspath), REPO)
+        return next((i for i, prefix in enumerate(TIER_ORDER) if path.startswith(prefix)), -1)
+
+    items.sort(key=rank)

@@ -42,15 +42,22 @@ def choose_firewall_backend(requested: str, have_ufw: bool, have_nft: bool) -> s
     return "ufw" if have_ufw else "nftables"
 
 
-def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: str = "") -> dict:
-    """``{tools: {ufw, nft} (installed), backend, rc, stdout}``: the live rule set of the
-    chosen backend (``ufw status verbose``, or ``nft -j list table inet ncclprep``).
+def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: str = "",
+             listening: list[dict] | None = None) -> dict:
+    """``{tools: {ufw, nft} (installed), backend, rc, stdout, listening}``: the live rule set of
+    the chosen backend (``ufw status verbose``, or ``nft -j list table inet ncclprep``) and the
+    TCP listeners.
 
-    rc is None when the backend's tool is not installed. Raises ValueError for a bad backend.
+    rc is None when the backend's tool is not installed. ``listening``: the ``tcp_listen``
+    facts of community.general.listen_ports_facts, kept as [{port, address, pid, name}]
+    (None: not read). Raises ValueError for a bad backend.
     """
     tools = {"ufw": os.path.exists(root + UFW), "nft": os.path.exists(root + NFT)}
     chosen = choose_firewall_backend(backend, tools["ufw"], tools["nft"])
-    out = {"tools": tools, "backend": chosen, "rc": None, "stdout": ""}
+    kept = None if listening is None else [
+        {"port": int(s["port"]), "address": s.get("address"), "pid": s.get("pid"), "name": s.get("name")}
+        for s in listening if isinstance(s, dict) and str(s.get("port", "")).isdigit()]
+    out = {"tools": tools, "backend": chosen, "rc": None, "stdout": "", "listening": kept}
     if not tools["ufw" if chosen == "ufw" else "nft"]:
         return out
     argv = ["ufw", "status", "verbose"] if chosen == "ufw" else ["nft", "-j", "list", "table", "inet", "ncclprep"]
@@ -218,14 +225,29 @@ def ssh_trust(user: str, host_key_types=(), root: str = "") -> dict:
     return {"user": user, "home": home, "host_keys": keys}
 
 
-def nccl_env(procfs: str = "/proc") -> dict:
-    """``{gpus}``: NVIDIA GPUs the driver lists under /proc/driver/nvidia/gpus (0 without a driver)."""
+def nccl_env(procfs: str = "/proc", env_files: list[str] | None = None) -> dict:
+    """``{gpus, files}``: NVIDIA GPUs the driver lists under /proc/driver/nvidia/gpus (0 without
+    a driver), and each of ``env_files`` (nccl_env passes the launch env file, then
+    /etc/nccl.conf; KEY=VALUE) as it is on the node, in that order: [{path, values}], values
+    {KEY: VALUE}, None when the file is absent, or ``"unreadable: <why>"``.
+    """
+    from ansible.module_utils.ncclprep.envfile import read_env_file
+
     try:
         gpus = len([d for d in os.listdir(os.path.join(procfs, "driver/nvidia/gpus"))
                     if os.path.isdir(os.path.join(procfs, "driver/nvidia/gpus", d))])
     except OSError:
         gpus = 0
-    return {"gpus": gpus}
+    files = []
+    for path in env_files or []:
+        try:
+            values = read_env_file(path)
+        except FileNotFoundError:
+            values = None
+        except (OSError, ValueError) as exc:
+            values = f"unreadable: {exc}"
+        files.append({"path": path, "values": values})
+    return {"gpus": gpus, "files": files}
 
 
 # concern -> reader: the concerns whose state concern_facts reads (roce_qos reads its own,
@@ -236,7 +258,7 @@ READERS = {
                                       netplan_file=p["netplan_file"]),
     "rps_rfs": lambda run, p: rps_rfs(p["interface"]),
     "numa_pinning": lambda run, p: numa_pinning(p["interface"], p["map_file"]),
-    "firewall": lambda run, p: firewall(run, p["backend"], p["timeout"]),
+    "firewall": lambda run, p: firewall(run, p["backend"], p["timeout"], listening=p.get("listening")),
     "ssh_trust": lambda run, p: ssh_trust(p["user"], p["host_key_types"]),
-    "nccl_env": lambda run, p: nccl_env(),
+    "nccl_env": lambda run, p: nccl_env(env_files=p.get("env_files")),
 }

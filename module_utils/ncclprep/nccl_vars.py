@@ -57,6 +57,54 @@ ENUMS = {
     "NCCL_IB_ADDR_FAMILY": {"AF_INET", "AF_INET6"},
 }
 LIST_ENUMS = {"NCCL_ALGO", "NCCL_PROTO", "NCCL_DEBUG_SUBSYS"}
+# Switches the NCCL User Guide documents as 0 (off) or 1 (on).
+SWITCHES = frozenset("""
+NCCL_IB_DISABLE NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_CUMEM_ENABLE NCCL_CHECKS_DISABLE NCCL_CHECK_POINTERS
+NCCL_COLLNET_ENABLE NCCL_NET_GDR_READ NCCL_PXN_DISABLE NCCL_NVB_DISABLE NCCL_IB_CUDA_SUPPORT
+NCCL_IGNORE_CPU_AFFINITY NCCL_SET_THREAD_NAME NCCL_GRAPH_REGISTER NCCL_LOCAL_REGISTER NCCL_DMABUF_ENABLE
+""".split())
+# Integers with the range (and, for NCCL_NTHREADS, the values) the NCCL User Guide gives: sizes
+# in bytes, thread and channel counts, and the InfiniBand fields whose width the IB
+# specification fixes (local ACK timeout 5 bits, retry count 3 bits, service level 4 bits,
+# traffic class 8 bits).
+INTS: dict[str, tuple[int, int | None, tuple[int, ...] | None]] = {
+    "NCCL_BUFFSIZE": (1, None, None),
+    "NCCL_LL128_BUFFSIZE": (1, None, None),
+    "NCCL_NTHREADS": (64, 512, (64, 128, 256, 512)),
+    "NCCL_MIN_NCHANNELS": (1, None, None),
+    "NCCL_MAX_NCHANNELS": (1, None, None),
+    "NCCL_SOCKET_NTHREADS": (1, 16, None),
+    "NCCL_NSOCKS_PERTHREAD": (1, None, None),
+    "NCCL_IB_TIMEOUT": (1, 31, None),
+    "NCCL_IB_RETRY_CNT": (0, 7, None),
+    "NCCL_IB_SL": (0, 15, None),
+    "NCCL_IB_TC": (0, 255, None),
+    "NCCL_IB_QPS_PER_CONNECTION": (1, None, None),
+}
+
+
+def value_problem(name: str, text: str) -> str | None:
+    """Why NCCL would not accept ``text`` for ``name`` (a switch, an integer with a range, an
+    enumeration of ENUMS), as one line naming variable, value and what is valid; None when
+    it would, or when the variable has no documented form here."""
+    if name in SWITCHES and text.strip() not in ("0", "1"):
+        return f"{name}={text}: not 0 or 1 (a switch)"
+    if name in INTS:
+        low, high, values = INTS[name]
+        valid = (", ".join(map(str, values)) if values else
+                 f"an integer {low}..{high}" if high is not None else f"an integer >= {low}")
+        try:
+            number = int(text.strip(), 0)
+        except ValueError:
+            return f"{name}={text}: not an integer (valid: {valid})"
+        if number < low or (high is not None and number > high) or (values and number not in values):
+            return f"{name}={text}: out of range (valid: {valid})"
+    if name in ENUMS:
+        items = [text.lstrip("^")] if name not in LIST_ENUMS else text.lstrip("^").split(",")
+        bad = [i for i in items if i.strip().upper() not in ENUMS[name]]
+        if bad:
+            return f"{name}={text}: {', '.join(repr(b) for b in bad)} not one of {', '.join(sorted(ENUMS[name]))}"
+    return None
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_OOB_NET_IFNAME")
 
 
@@ -89,7 +137,8 @@ def check_env(env: dict, interfaces: list[str] | None = None) -> tuple[list[str]
 
     - an unknown ``NCCL_*`` name is an error naming the closest known name;
     - a deprecated name is a warning and is renamed to its successor in ``effective``;
-    - an enumerated variable (ENUMS) must hold one of its values;
+    - a switch (SWITCHES) must be 0 or 1, an integer (INTS) inside its range, an enumerated
+      variable (ENUMS) one of its values (``value_problem``);
     - an interface variable must select at least one interface of ``interfaces`` (when given);
       an exclusion list (``^...``) must leave at least one.
     Messages name the variable and value. Raises nothing.
@@ -109,12 +158,9 @@ def check_env(env: dict, interfaces: list[str] | None = None) -> tuple[list[str]
             hint = f"; did you mean {close[0]}?" if close else ""
             errors.append(f"{name}={text}: unknown NCCL variable{hint}")
             continue
-        if name in ENUMS:
-            items = [text.lstrip("^")] if name not in LIST_ENUMS else text.lstrip("^").split(",")
-            bad = [i for i in items if i.strip().upper() not in ENUMS[name]]
-            if bad:
-                errors.append(f"{name}={text}: {', '.join(repr(b) for b in bad)} not one of "
-                              f"{', '.join(sorted(ENUMS[name]))}")
+        problem = value_problem(name, text)
+        if problem:
+            errors.append(problem)
         if name in IFNAME_VARS and interfaces is not None:
             chosen = ifname_matches(text, interfaces, exact_only=(name == "GLOO_SOCKET_IFNAME"))
             if not chosen:

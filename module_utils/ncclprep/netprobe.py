@@ -445,27 +445,58 @@ def probe_port(source: str, address: str, port: int, token: str, rank: int, time
 def measure(source: str, peer: str, port: int, token: str, rank: int, ports: list[int], mtu: int | None,
             samples: int, seconds: float, step_timeout: float, connect_timeout: float) -> dict:
     """Every test from this node to ``peer`` (address): ``{latency_us, bandwidth_gbps, bytes,
-    path_mtu, ports, hang, error}``; after a hang the remaining tests are skipped (each would
-    wait out its own timeout)."""
+    path_mtu, ports, hang, error, retried}``; after a hang the remaining tests are skipped
+    (each would wait out its own timeout).
+
+    A transient failure is tried once more: a port that was not open is probed again, and
+    after a hang or an error the tests run again from the start. What cleared on the second
+    try is kept in ``retried`` as evidence ("port 29500: filtered, then open"; "tests:
+    <error>, then passed"), the row holding the second try's figures; what failed twice is
+    the row's verdict as before (a fault that persists stays a fault).
+    """
     row: dict = {"latency_us": None, "bandwidth_gbps": None, "bytes": None, "path_mtu": None, "ports": {},
-                 "hang": None, "error": None}
+                 "hang": None, "error": None, "retried": []}
     with ThreadPoolExecutor(max_workers=max(1, len(ports))) as pool:
         # ports first and at once: a filtered port costs one connect timeout, not one each
-        verdicts = pool.map(lambda p: (p, probe_port(source, peer, p, token, rank, connect_timeout)), ports)
-        row["ports"] = {str(p): v for p, v in verdicts}
-    try:
-        row["latency_us"] = tcp_latency(source, peer, port, token, rank, samples, step_timeout)
-        bw = tcp_bandwidth(source, peer, port, token, rank, seconds, step_timeout)
-        row["bandwidth_gbps"], row["bytes"] = bw["gbps"], bw["bytes"]
-        if mtu:
-            row["path_mtu"] = path_mtu(source, peer, port, token, mtu)
-    except Hang as exc:
-        row["hang"] = str(exc)
-    except TimeoutError:
-        row["hang"] = f"connect: no answer within {step_timeout:g} s"
-    except OSError as exc:
-        row["error"] = f"{type(exc).__name__}: {exc}"
+        def probe(p):
+            return p, probe_port(source, peer, p, token, rank, connect_timeout)
+
+        verdicts = dict(pool.map(probe, ports))
+        again = [p for p, v in verdicts.items() if v != "open"]
+        for p, v in pool.map(probe, again):
+            if v == "open":
+                row["retried"].append(f"port {p}: {verdicts[p]}, then open")
+                verdicts[p] = "open"
+        row["ports"] = {str(p): v for p, v in verdicts.items()}
+    first = None
+    for _attempt in range(2):
+        row.update(latency_us=None, bandwidth_gbps=None, bytes=None, path_mtu=None, hang=None, error=None)
+        try:
+            row["latency_us"] = tcp_latency(source, peer, port, token, rank, samples, step_timeout)
+            bw = tcp_bandwidth(source, peer, port, token, rank, seconds, step_timeout)
+            row["bandwidth_gbps"], row["bytes"] = bw["gbps"], bw["bytes"]
+            if mtu:
+                row["path_mtu"] = path_mtu(source, peer, port, token, mtu)
+        except Hang as exc:
+            row["hang"] = str(exc)
+        except TimeoutError:
+            row["hang"] = f"connect: no answer within {step_timeout:g} s"
+        except OSError as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        failure = row["hang"] or row["error"]
+        if not failure:
+            if first:
+                row["retried"].append(f"tests: {first}, then passed")
+            break
+        first = first or failure
     return row
+
+
+def direction_seconds(connect_timeout: float, step_timeout: float, bandwidth_seconds: float, mtu: int | None) -> float:
+    """Longest one direction can take in ``measure``: the ports twice (a retry), then the tests
+    twice (latency and bandwidth each up to ``step_timeout``, the stream, the path-MTU search)."""
+    tests = 2 * step_timeout + bandwidth_seconds + (mtu_search_s(mtu) if mtu else 0)
+    return 2 * connect_timeout + 2 * tests
 
 
 # ---------------------------------------------------------------- the worker
@@ -483,7 +514,7 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     "missing_hosts", "gone_hosts", "ports": [sample], "ports_in_use": [port], "links": [row]}``
     with one row per direction this node measured as the sender: ``{src, dst, phase, round,
     latency_us: {p50, p99, samples}, bandwidth_gbps, bytes, path_mtu: {mtu, ok, largest},
-    ports: {port: verdict}, hang, error}``. HANG: a peer never arrived, left mid-run, or hung a
+    ports: {port: verdict}, hang, error, retried}`` (``measure``). HANG: a peer never arrived, left mid-run, or hung a
     test. Raises whatever the store raises at the join (the deadline runner reports it).
     """
     import torch.distributed as dist
@@ -492,9 +523,7 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     me, my_addr = hosts[rank], addresses[rank]
     sample = sorted(set(int(p) for p in ports) | set(port_sample(ephemeral_range, ephemeral_sample, seed,
                                                                  exclude=[store_port, listen_port])))
-    # Longest one direction can take: ports, latency, bandwidth, the path-MTU search.
-    direction_s = connect_timeout + 2 * step_timeout + bandwidth_seconds + (mtu_search_s(mtu) if mtu else 0)
-    round_timeout = 2 * direction_s + 3
+    round_timeout = 2 * direction_seconds(connect_timeout, step_timeout, bandwidth_seconds, mtu) + 3
     progress.stage("listen", rank=rank)
     listener = Listener(my_addr, listen_port, token, [a for a in addresses if a != my_addr], sample, step_timeout)
     present: list[int] = []

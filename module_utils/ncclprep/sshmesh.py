@@ -20,6 +20,11 @@ _CAUSES = (
     (re.compile(r"No route to host|Network is unreachable"), "unreachable", "no route to the peer"),
 )
 
+#: Causes that may pass on a second try (a dropped SYN, sshd restarting, a route that flapped);
+#: the others (a refused key, a changed or unknown host key, a name that does not resolve)
+#: would fail the same way again.
+TRANSIENT = ("timeout", "refused", "unreachable", "error")
+
 
 def classify(rc: int | None, stderr: str) -> dict:
     """``{"ok": bool, "cause": str | None, "explanation": str | None}`` for one ssh attempt.

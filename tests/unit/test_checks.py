@@ -130,6 +130,20 @@ def test_unresolvable_rank0_name_on_node3_is_blamed_on_node3():
     assert "on node3: node1 cannot resolve" in c["message"]
 
 
+def test_a_name_that_resolves_first_to_loopback_is_named_on_the_node_that_resolves_it():
+    """``127.0.1.1 node2`` above the managed block on node2 (Debian's and Ubuntu's default line):
+    node2's own name resolves first to loopback there, though its address follows."""
+    rec = healthy()
+    row = next(r for r in rec["node2"]["facts"]["host_names"] if r["name"] == "node2")
+    row["addresses"] = ["127.0.1.1", row["expected"]]
+    c = by_id(evaluate(rec, HOSTS))["names.resolve"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
+    assert c["message"] == (f"on node2: node2 resolves first to 127.0.1.1, a loopback address, then "
+                            f"{row['expected']}: a rank there advertises loopback to its peers")
+    row["addresses"] = [row["expected"], "127.0.1.1"]  # the data-plane address first: what torch takes
+    assert by_id(evaluate(rec, HOSTS))["names.resolve"]["status"] == "PASS"
+
+
 def test_name_that_resolves_but_does_not_answer_blames_the_target():
     rec = healthy()
     for h in ("node1", "node2"):
@@ -266,6 +280,27 @@ def test_probe_port_in_use_is_explained():
     assert c["status"] == "FAIL" and c["hosts"] == ["node1"]
     assert c["message"] == "node1: port 29510 is already in use on this host (another job or a stale process)"
     assert "pick a free port" in c["remediation"]
+
+
+def test_the_rank_that_failed_on_its_own_is_named_not_those_that_waited_for_it():
+    """GLOO_SOCKET_IFNAME=eth9 on node2 only (errors as the local cluster's validate.yml gave them):
+    node2 cannot bind, node1 and node3 time out waiting for it; collective.run names node2."""
+    rec = healthy()
+    waited = "DistStoreError: wait timeout after 90000ms, keys: /0//cpu//0/1"
+    for host, error in (("node1", waited), ("node3", waited),
+                        ("node2", "RuntimeError: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
+                                  "tcp/device.cc:84] ifa != nullptr. Unable to find address for: eth9")):
+        rec[host]["probe"] = {"status": "FAIL", "stage": "init_process_group", "results": [], "hosts": HOSTS,
+                              "error": error}
+    c = by_id(evaluate(rec, HOSTS))["collective.run"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
+    assert c["message"].startswith("node2: RuntimeError: [enforce fail")
+    assert c["message"].endswith("Unable to find address for: eth9 (node1, node3 only waited for it)")
+    assert "node1: DistStoreError" in c["measured"]
+    # every rank timed out: none is singled out
+    for host in HOSTS:
+        rec[host]["probe"]["error"] = "RuntimeError: Timed out waiting 90000ms for recv operation to complete"
+    assert by_id(evaluate(rec, HOSTS))["collective.run"]["hosts"] == HOSTS
 
 
 def test_smoke_failure_with_unresolvable_master_is_explained(case):
@@ -440,6 +475,40 @@ def test_firewall_backend_without_its_tool_is_named():
     assert check["measured"] == {"node1": "nftables is chosen but its tool (nft) is not installed"}
 
 
+RDZV_RULES = [{"from": "10.0.0.0/24", "port": port, "proto": "tcp", "interface": None, "comment": "r",
+               "var": "firewall_rendezvous_sources"} for port in (29400, 29500)]
+SSHD = {"port": 22, "address": "0.0.0.0", "pid": 1, "name": "sshd"}
+
+
+def test_a_job_port_another_process_holds_is_named_with_host_port_and_process():
+    recs = healthy()
+    for h in HOSTS:
+        _fw(recs[h])
+        recs[h]["intent"]["firewall"]["rules"] = FW_RULES + RDZV_RULES
+        recs[h]["facts"]["firewall"]["listening"] = [SSHD]
+    check = by_id(evaluate(recs, HOSTS))["firewall.ports_free"]
+    assert check["status"] == "PASS" and check["measured"] == [29400, 29500]
+    assert check["message"] == "TCP 29400, 29500 free on 3 hosts"
+    recs["node1"]["facts"]["firewall"]["listening"] = [SSHD, {"port": 29400, "address": "0.0.0.0", "pid": 4242,
+                                                              "name": "python3"}]
+    recs["node3"]["facts"]["firewall"]["listening"] = [{"port": 29500, "address": "*", "pid": None, "name": None}]
+    check = by_id(evaluate(recs, HOSTS))["firewall.ports_free"]
+    assert check["status"] == "FAIL" and check["hosts"] == ["node1", "node3"]
+    assert check["measured"] == {"node1": {"29400": "python3 (pid 4242) on 0.0.0.0"},
+                                 "node3": {"29500": "unknown process (pid ?) on *"}}
+    assert check["message"] == ("job ports already taken: node1:29400 held by python3 (pid 4242) on 0.0.0.0; "
+                                "node3:29500 held by unknown process (pid ?) on *")
+    assert "node1, node3" in check["remediation"]
+
+
+def test_ports_free_needs_the_listeners_read():
+    recs = healthy()
+    for h in HOSTS:
+        _fw(recs[h])  # facts without "listening" (not read): no check
+        recs[h]["intent"]["firewall"]["rules"] = FW_RULES + RDZV_RULES
+    assert "firewall.ports_free" not in by_id(evaluate(recs, HOSTS))
+
+
 # ---------------------------------------------------------------- ssh_trust
 
 def _ssh(src, bad=None):
@@ -461,6 +530,22 @@ def test_ssh_mesh_all_logins_pass():
         recs[h]["ssh"] = _ssh(h)
     check = by_id(evaluate(recs, HOSTS))["ssh.trust"]
     assert check["status"] == "PASS" and check["measured"] == {"logins": 12}
+
+
+def test_a_login_that_passed_only_on_a_retry_is_a_warn_with_the_first_try_and_a_failure_still_fails():
+    recs = healthy()
+    for h in HOSTS:
+        recs[h]["ssh"] = _ssh(h)
+    recs["node1"]["ssh"][0]["retried"] = ["timeout: ssh: connect to host node2 port 22: Connection timed out"]
+    check = by_id(evaluate(recs, HOSTS))["ssh.trust"]
+    assert check["status"] == "WARN" and check["hosts"] == ["node1 -> node2"]
+    assert check["measured"] == {"node1 -> node2": ["node2: ok on try 2 after timeout: ssh: connect to host node2 "
+                                                    "port 22: Connection timed out"]}
+    assert check["message"].startswith("1 of 12 node-to-node SSH logins passed only on a retry: node1 -> node2 ")
+    # a login that failed on every try is still a FAIL, the retried one beside it does not soften it
+    recs["node2"]["ssh"] = _ssh("node2", bad={("node2", "node3"): "host_key_unknown"})
+    check = by_id(evaluate(recs, HOSTS))["ssh.trust"]
+    assert check["status"] == "FAIL" and check["hosts"] == ["node2 -> node3"]
 
 
 def test_ssh_mesh_names_the_failing_link_and_leaves_a_dead_host_to_reachable():
@@ -511,6 +596,31 @@ def test_nccl_env_unset_interface_is_a_problem_only_beside_another_nic():
     assert c["status"] == "FAIL" and c["hosts"] == ["node1"]
     assert c["measured"]["node1"] == ["GLOO_SOCKET_IFNAME is unset and this host also has docker0: "
                                       "Gloo picks an interface itself"]
+
+
+def test_a_launch_file_on_the_node_naming_a_missing_interface_is_named_with_its_file():
+    """node2's env file edited to eth9 after provisioning (the intent still says eth0): the files
+    as they are on the node are judged too; a file that agrees with the intent adds nothing."""
+    rec = healthy()
+    for h in HOSTS:
+        rec[h]["facts"]["nccl_env"] = {"gpus": 0, "files": [
+            {"path": "/etc/ncclprep/nccl.env", "values": {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}},
+            {"path": "/etc/nccl.conf", "values": {"NCCL_SOCKET_IFNAME": "=eth0"}}]}
+    assert by_id(evaluate(rec, HOSTS))["nccl_env.ifname"]["status"] == "PASS"
+    files = rec["node2"]["facts"]["nccl_env"]["files"]
+    files[0]["values"]["GLOO_SOCKET_IFNAME"] = "eth9"
+    files[1]["values"]["NCCL_SOCKET_IFNAME"] = "=eth9"
+    c = by_id(evaluate(rec, HOSTS))["nccl_env.ifname"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
+    assert c["measured"] == {"node2": [
+        "NCCL_SOCKET_IFNAME==eth9 does not select the data-plane interface eth0 (selects nothing), "
+        "set in /etc/nccl.conf",
+        "GLOO_SOCKET_IFNAME=eth9 does not select the data-plane interface eth0 (selects nothing), "
+        "set in /etc/ncclprep/nccl.env"]}
+    # the env file wins over /etc/nccl.conf for NCCL (the environment first), and is Gloo's only source
+    files[0]["values"]["NCCL_SOCKET_IFNAME"] = "=eth0"
+    files[0]["values"]["GLOO_SOCKET_IFNAME"] = "eth0"
+    assert by_id(evaluate(rec, HOSTS))["nccl_env.ifname"]["status"] == "PASS"
 
 
 def test_nccl_env_without_intent_or_data_plane_is_left_to_other_checks():

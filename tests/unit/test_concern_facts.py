@@ -101,3 +101,30 @@ def test_the_module_passes_the_new_options_to_the_readers():
               "host_key_types": []}
     assert concern_facts.READERS["nic_mtu"](Runner(), params)["persist"]["manager"] == "none"
     assert concern_facts.READERS["ssh_trust"](Runner(), params)["host_keys"] == []
+
+
+def test_firewall_facts_keep_the_tcp_listeners_that_listen_ports_facts_read(tmp_path):
+    """listen_ports_facts' tcp_listen entries (ss: one per process and address) are kept as
+    {port, address, pid, name}; an entry without a numeric port is dropped; not read: None."""
+    tcp_listen = [{"address": "0.0.0.0", "name": "sshd", "pid": 1, "port": 22, "protocol": "tcp", "user": "root",
+                   "stime": "Tue Dec  1 22:04:28 2026"},
+                  {"address": "*", "name": "python3", "pid": 4242, "port": 29400, "protocol": "tcp"},
+                  {"address": "*", "name": "odd", "pid": 7, "port": "?"}, "not a dict"]
+    read = concern_facts.firewall(Runner(), "ufw", root=str(tmp_path), listening=tcp_listen)
+    assert read["listening"] == [{"port": 22, "address": "0.0.0.0", "pid": 1, "name": "sshd"},
+                                 {"port": 29400, "address": "*", "pid": 4242, "name": "python3"}]
+    assert concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))["listening"] is None
+    params = {"backend": "ufw", "timeout": 2.0, "listening": tcp_listen[:1]}
+    assert concern_facts.READERS["firewall"](Runner(), params)["listening"][0]["name"] == "sshd"
+
+
+def test_nccl_env_facts_read_the_launch_files_as_they_are(tmp_path):
+    env = tmp_path / "nccl.env"
+    env.write_text("# managed\nGLOO_SOCKET_IFNAME=eth0\nexport NCCL_DEBUG='WARN'\n")
+    bad = tmp_path / "bad.conf"
+    bad.write_text("this is not KEY=VALUE\n")
+    read = concern_facts.nccl_env(procfs=str(tmp_path), env_files=[str(env), str(tmp_path / "absent"), str(bad)])
+    assert read["gpus"] == 0
+    assert read["files"][0] == {"path": str(env), "values": {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}}
+    assert read["files"][1] == {"path": str(tmp_path / "absent"), "values": None}
+    assert read["files"][2]["values"].startswith(f"unreadable: {bad}:1: not KEY=VALUE")

@@ -61,6 +61,15 @@ def test_sysctl_errors_name_host_key_and_value():
     assert F["ncclprep_sysctl_errors"]({"net.core.somaxconn": 4096}, None, "n") == []
 
 
+def test_a_sysctl_this_kernel_does_not_have_is_named_with_the_closest_name():
+    known = ["net.core.somaxconn", "net.core.netdev_budget", "net.ipv4.tcp_rmem"]
+    errs = F["ncclprep_sysctl_errors"]({"net.core.somaxcon": 4096, "net.core.no_such_knob": 1,
+                                        "net.core.netdev_budget": 600}, None, "node1", known)
+    assert errs == ["node1: net.core.no_such_knob=1: no such sysctl on this kernel (sysctl -a lists the names)",
+                    "node1: net.core.somaxcon=4096: no such sysctl on this kernel; did you mean net.core.somaxconn?"]
+    assert F["ncclprep_sysctl_errors"]({"net.core.no_such_knob": 1}, None, "node1", None) == []  # names not read
+
+
 def test_nccl_env_check_names_the_host():
     out = F["ncclprep_nccl_env_check"]({"NCCL_SOCKET_IFNAM": "=eth0", "NCCL_ASYNC_ERROR_HANDLING": "1"},
                                        ["lo", "eth0"], "node2")
@@ -86,3 +95,18 @@ def test_firewall_filters_build_rules_and_refuse_a_lockout():
     [err] = F["ncclprep_firewall_errors"](rules, "node4", False, "192.168.5.1 40000 192.168.5.2 22", FACTS)
     assert "lock the controller out" in err and "(interface eth0)" in err
     assert F["ncclprep_firewall_errors"](rules, "node4", False, "10.0.0.1 40000 10.0.0.4 22", FACTS) == []
+
+
+def test_member_duplicates_name_the_machine_listed_twice_and_the_shared_address():
+    members = {"node1": {"name": "node1", "address": "10.0.0.1"}, "node2": {"name": "node2", "address": "10.0.0.2"},
+               "node4": {"name": "node2", "address": "10.0.0.2"}, "node5": {"name": "node5", "address": "10.0.0.1"},
+               "node6": {"name": None, "address": None}, "node7": {"name": None, "address": None}}
+    assert F["ncclprep_member_duplicates"](members) == [
+        "node1, node5 share the data-plane address 10.0.0.1: one machine listed twice in the inventory, or two "
+        "machines with one address (fix the interface's address)",
+        "node2, node4 share the data-plane address 10.0.0.2: one machine listed twice in the inventory, or two "
+        "machines with one address (fix the interface's address)",
+        "node2, node4 share the host name node2: one machine listed twice in the inventory, or two machines with "
+        "one name (rename one)"]
+    assert F["ncclprep_member_duplicates"]({"a": {"name": "a", "address": "1"}, "b": {"name": "b", "address": "2"}}) \
+        == []

@@ -1,5 +1,5 @@
 import pytest
-from ansible.module_utils.ncclprep.nccl_vars import check_env, ifname_matches
+from ansible.module_utils.ncclprep.nccl_vars import check_env, ifname_matches, value_problem
 
 IFACES = ["lo", "eth0", "eth1", "docker0", "bond0", "br-3fa1"]
 
@@ -48,3 +48,22 @@ def test_socket_ifname_missing_case_is_caught_before_launch(case):
     assert "NCCL_SOCKET_IFNAME set by environment to eth2" in case("nccl_log/socket-ifname-missing.txt")
     errors, _, _ = check_env({"NCCL_SOCKET_IFNAME": "eth2"}, ["lo", "eth0", "eth1"])
     assert errors == ["NCCL_SOCKET_IFNAME=eth2 selects no interface on this host (interfaces: lo, eth0, eth1)"]
+
+
+@pytest.mark.parametrize("name,value,problem", [
+    ("NCCL_IB_DISABLE", "2", "NCCL_IB_DISABLE=2: not 0 or 1 (a switch)"),
+    ("NCCL_P2P_DISABLE", "yes", "NCCL_P2P_DISABLE=yes: not 0 or 1 (a switch)"),
+    ("NCCL_BUFFSIZE", "4MB", "NCCL_BUFFSIZE=4MB: not an integer (valid: an integer >= 1)"),
+    ("NCCL_BUFFSIZE", "0", "NCCL_BUFFSIZE=0: out of range (valid: an integer >= 1)"),
+    ("NCCL_NTHREADS", "100", "NCCL_NTHREADS=100: out of range (valid: 64, 128, 256, 512)"),
+    ("NCCL_IB_TIMEOUT", "32", "NCCL_IB_TIMEOUT=32: out of range (valid: an integer 1..31)"),
+    ("NCCL_IB_RETRY_CNT", "8", "NCCL_IB_RETRY_CNT=8: out of range (valid: an integer 0..7)"),
+    ("NCCL_PROTO", "Fast", "NCCL_PROTO=Fast: 'Fast' not one of LL, LL128, SIMPLE"),
+    ("NCCL_IB_DISABLE", "1", None), ("NCCL_BUFFSIZE", "4194304", None), ("NCCL_BUFFSIZE", "0x400000", None),
+    ("NCCL_NTHREADS", "256", None), ("NCCL_IB_TIMEOUT", "22", None), ("NCCL_PROTO", "^LL128", None),
+    ("NCCL_IB_HCA", "mlx5_0:1", None),  # no documented form checked here
+])
+def test_switches_integers_and_enumerations_as_the_nccl_guide_documents_them(name, value, problem):
+    assert value_problem(name, value) == problem
+    errors, _, _ = check_env({name: value})
+    assert errors == ([problem] if problem else [])

@@ -168,6 +168,49 @@ def test_port_verdicts_refused_filtered_and_hang():
         mute.close()
 
 
+def test_a_transient_failure_is_tried_once_more_and_kept_as_evidence(listener, monkeypatch):
+    """A port filtered once and a reset on the first latency try: the second tries pass, the row
+    holds their figures and ``retried`` the first tries' evidence."""
+    from ansible.module_utils.ncclprep import netprobe
+
+    real_port, real_latency, calls = netprobe.probe_port, netprobe.tcp_latency, {"port": 0, "latency": 0}
+
+    def flaky_port(*args, **kw):
+        calls["port"] += 1
+        return "filtered" if calls["port"] == 1 else real_port(*args, **kw)
+
+    def flaky_latency(*args, **kw):
+        calls["latency"] += 1
+        if calls["latency"] == 1:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return real_latency(*args, **kw)
+
+    monkeypatch.setattr(netprobe, "probe_port", flaky_port)
+    monkeypatch.setattr(netprobe, "tcp_latency", flaky_latency)
+    port = listener.bound[0]
+    row = netprobe.measure("127.0.0.2", "127.0.0.1", listener.port, TOKEN, 1, [port], 1500, 20, 0.05, 1.0, 0.5)
+    assert row["ports"] == {str(port): "open"} and row["hang"] is None and row["error"] is None
+    assert row["latency_us"]["samples"] == 20 and row["bandwidth_gbps"] > 0 and row["path_mtu"]["ok"] is True
+    assert row["retried"] == [f"port {port}: filtered, then open",
+                              "tests: ConnectionResetError: [Errno 104] Connection reset by peer, then passed"]
+
+
+def test_a_failure_that_persists_keeps_its_verdict_and_no_evidence_of_a_retry(listener, monkeypatch):
+    from ansible.module_utils.ncclprep import netprobe
+
+    tries = []
+
+    def stuck(*args, **kw):
+        tries.append(1)
+        raise Hang("bandwidth: no reply within 1 s")
+
+    monkeypatch.setattr(netprobe, "probe_port", lambda *a, **k: "refused")
+    monkeypatch.setattr(netprobe, "tcp_bandwidth", stuck)
+    row = netprobe.measure("127.0.0.2", "127.0.0.1", listener.port, TOKEN, 1, [29500], 1500, 20, 0.05, 1.0, 0.5)
+    assert row["ports"] == {"29500": "refused"} and row["hang"] == "bandwidth: no reply within 1 s"
+    assert row["retried"] == [] and len(tries) == 2
+
+
 # ---------------------------------------------------------------- the worker, 3 nodes
 
 HOSTS = ["n1", "n2", "n3"]

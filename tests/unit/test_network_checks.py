@@ -300,3 +300,18 @@ def test_gloo_bind_reads_the_loopback_interface_and_the_host_name():
     import socket
 
     assert gloo_bind(None)["address"] == socket.gethostbyname(socket.gethostname())
+
+
+def test_a_direction_that_passed_only_on_a_second_try_is_a_warn_with_the_evidence():
+    rows = all_rows()
+    rows[0]["retried"] = ["port 29500: filtered, then open"]
+    checks = {c["id"]: c for c in check_network(records(rows), CTX)}
+    run = checks["net.run"]
+    assert run["status"] == "WARN" and run["hosts"] == ["node1 -> node2"]
+    assert run["measured"] == {"node1 -> node2": ["port 29500: filtered, then open"]}
+    assert run["message"] == "1 of 6 directions passed only on a second try: node1 -> node2 (port 29500: filtered, " \
+                             "then open)"
+    assert {c["status"] for k, c in checks.items() if k != "net.run"} == {"PASS"}
+    # a hang elsewhere is still the run's HANG
+    rows[3]["hang"] = "latency: no reply within 2 s"
+    assert check_network(records(rows), CTX)[0]["status"] == "HANG"

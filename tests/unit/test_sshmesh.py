@@ -120,3 +120,39 @@ def test_ssh_mesh_retries_a_reset_and_bounds_the_hosts_at_once(monkeypatch):
     assert [r["name"] for r in res] == list("abcdef") and all(r["ok"] for r in res)
     assert res[1]["attempts"] == 2 and res[0]["attempts"] == 1
     assert peak[0] <= 2
+
+
+def test_ssh_mesh_retries_a_transient_failure_once_and_keeps_its_evidence(monkeypatch):
+    """A timeout that clears passes on try 2 with the first try's error kept; a refused SSH port
+    is tried twice and still fails; a refused key (not transient) is tried once."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ssh_mesh_mod2", os.path.join(ncclprep.REPO_ROOT, "library",
+                                                                                 "ssh_mesh.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    calls = {}
+    errors = {"b": "ssh: connect to host b port 22: Connection timed out",
+              "c": "ssh: connect to host c port 22: Connection refused",
+              "d": "root@d: Permission denied (publickey)."}
+
+    def fake_run(argv, **kw):
+        target = argv[-2]
+        calls[target] = calls.get(target, 0) + 1
+        err = errors.get(target, "") if (target != "b" or calls[target] == 1) else ""
+        return subprocess.CompletedProcess(argv, 255 if err else 0, "", err)
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    monkeypatch.setattr(mod.time, "sleep", lambda s: None)
+    p = {"user": None, "identity": None, "port": 22, "known_hosts": None, "timeout": 15.0, "parallel": 1,
+         "retries": 2}
+    a, b, c, d = mod.run_in_rounds([{"host": h, "name": h} for h in "abcd"], p)
+    assert (a["ok"], a["attempts"], a["retried"]) == (True, 1, [])
+    assert (b["ok"], b["attempts"]) == (True, 2)
+    assert b["retried"] == ["timeout: ssh: connect to host b port 22: Connection timed out"]
+    assert (c["ok"], c["cause"], c["attempts"]) == (False, "refused", 2)
+    assert (d["ok"], d["cause"], d["attempts"], d["retried"]) == (False, "auth_denied", 1, [])
+    # retries=0: no retry at all
+    calls.clear()
+    b0 = mod.run_in_rounds([{"host": "b", "name": "b"}], dict(p, retries=0))[0]
+    assert (b0["ok"], b0["attempts"]) == (False, 1)

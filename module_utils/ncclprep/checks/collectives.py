@@ -11,6 +11,7 @@ from ansible.module_utils.ncclprep.checks.model import (
     make_check,
     verdict,
 )
+from ansible.module_utils.ncclprep.parsers.torch_dist import waited_on_peer
 
 
 def summarize_collectives(records: dict[str, HostRecord]) -> dict:
@@ -75,7 +76,9 @@ def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Chec
     nccl_probe result {status (PASS, FAIL, HANG, SKIP), hosts (the ranks), stage,
     missing_hosts, error, results}. The ranks are the hosts the probe was started with.
     collective.run: HANG naming the ranks that never arrived (or the hung hosts); FAIL with
-    the probe error, explained when it is a known torch.distributed failure; SKIP when
+    the probe error, explained when it is a known torch.distributed failure, naming the ranks
+    that failed on their own (not those that only waited for them, parsers/torch_dist.py
+    ``waited_on_peer``); SKIP when
     nothing ran. Otherwise one collective.<op> per op: SKIP with the reason the worker gave,
     FAIL naming the hosts with wrong elements, FAIL naming the slowest rank when busbw at the
     largest size is below ``ctx.min_busbw_gbps`` (GB/s), else PASS measuring the largest size.
@@ -106,10 +109,16 @@ def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Chec
         return [make_check("collective.run", "SKIP", message="no probe results (nothing ran)")]
     if failed and not any(p.get("results") for p in failed.values()):
         errors = "; ".join(f"{h}: {p.get('error')}" for h, p in sorted(failed.items()))
-        known = [(h, explain(p.get("error"), h)) for h, p in sorted(failed.items())]
+        # the ranks that failed on their own, not those that only waited for them
+        cause = {h: p for h, p in failed.items() if not waited_on_peer(p.get("error"))} or failed
+        waited = sorted(set(failed) - set(cause))
+        known = [(h, explain(p.get("error"), h)) for h, p in sorted(cause.items())]
         known = [(h, f) for h, f in known if f]
-        message = "; ".join(f"{h}: {f['message']}" for h, f in known) if known else errors[:400]
-        return [make_check("collective.run", "FAIL", sorted(failed), measured=errors,
+        message = ("; ".join(f"{h}: {f['message']}" for h, f in known) if known else
+                   "; ".join(f"{h}: {p.get('error')}" for h, p in sorted(cause.items()))[:400])
+        if waited:
+            message += f" ({', '.join(waited)} only waited for {'it' if len(cause) == 1 else 'them'})"
+        return [make_check("collective.run", "FAIL", sorted(cause), measured=errors,
                            expected="every rank completes", message=message,
                            remediation=(known[0][1]["remediation"] if known else
                                         "read the error; run with NCCL_DEBUG=INFO for the transport log"))]

@@ -1,4 +1,5 @@
-"""firewall.rules (concern firewall): active, default deny incoming, the cluster let in."""
+"""firewall.rules and firewall.ports_free (concern firewall): active, default deny incoming, the
+cluster let in; the job's rendezvous ports free for the job."""
 
 from __future__ import annotations
 
@@ -54,8 +55,49 @@ def check_firewall(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     if not rows:
         return []
     problems = {h: p for h, (fw, live) in rows.items() if (p := firewall_problem(fw, live))}
-    return [verdict("firewall.rules", problems, expected="active, default deny incoming, cluster CIDR allowed",
+    out = [verdict("firewall.rules", problems, expected="active, default deny incoming, cluster CIDR allowed",
                     message="firewall not as intended: " + "; ".join(f"{h}: {p}" for h, p in sorted(problems.items())),
                     remediation=f"re-run site.yml (role firewall) on {', '.join(sorted(problems))}",
                     passed=f"default deny incoming with the cluster allowed on {len(rows)} hosts",
                     passed_measured={h: fw.get("backend") for h, (fw, _) in rows.items()}, passed_expected=None)]
+    return out + check_ports_free(rows)
+
+
+def job_ports(fw: dict) -> list[int]:
+    """The TCP ports of the rendezvous rules of intent ``firewall`` (firewall_rendezvous_ports), sorted."""
+    return sorted({int(r["port"]) for r in fw.get("rules") or []
+                   if r.get("var") == "firewall_rendezvous_sources" and r.get("port") is not None})
+
+
+def check_ports_free(rows: dict[str, tuple[dict, dict | None]]) -> list[Check]:
+    """firewall.ports_free: no process listens on a job port (``job_ports``) before the job starts.
+
+    ``rows``: host -> (intent ``firewall``, facts ``firewall``); facts ``listening`` are the
+    TCP listeners [{port, address, pid, name}] that community.general.listen_ports_facts
+    read (None: not read; that host is left out). A job's torchrun then fails to bind the
+    port (EADDRINUSE, errno 98) on whichever node is its rendezvous host or MASTER_ADDR, so
+    a holder on any node is a FAIL naming host, port and process. No check when no host
+    has both job ports and listeners read.
+    """
+    held: dict[str, dict[str, str]] = {}
+    seen = []
+    for host, (fw, live) in sorted(rows.items()):
+        listening, ports = (live or {}).get("listening"), job_ports(fw)
+        if listening is None or not ports:
+            continue
+        seen.append(host)
+        for sock in sorted(listening, key=lambda s: (s.get("port") or 0, str(s.get("pid")))):
+            if sock.get("port") in ports:
+                held.setdefault(host, {})[str(sock["port"])] = (f"{sock.get('name') or 'unknown process'} "
+                                                                f"(pid {sock.get('pid') or '?'}) on "
+                                                                f"{sock.get('address') or '*'}")
+    if not seen:
+        return []
+    ports = sorted({p for h in seen for p in job_ports(rows[h][0])})
+    return [verdict("firewall.ports_free", held, expected=f"TCP {', '.join(map(str, ports))} free",
+                    message="job ports already taken: " + "; ".join(f"{h}:{port} held by {who}" for h, by in
+                                                                   held.items() for port, who in by.items()),
+                    remediation="stop the process holding the port (ss -ltnp) on " + ", ".join(held)
+                                + ", or give the job other ports (nccl_env_rendezvous_port, firewall_rendezvous_ports)",
+                    passed=f"TCP {', '.join(map(str, ports))} free on {len(seen)} hosts",
+                    passed_measured=ports, passed_expected=None)]

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, make_check, verdict
+
+
+def is_loopback(address: str) -> bool:
+    """True for 127.0.0.0/8 and ::1 (False for anything that is not an IP address)."""
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
@@ -10,8 +20,12 @@ def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     and that address answers on the probe port from every node (``names.reachable``).
 
     facts ``host_names``: node_facts' look-ups of the host_names intent, ``[{host, name,
-    expected (address), addresses, reachable (bool | None), error}]``. Blame: a name that does not
-    resolve, or resolves elsewhere, is the resolving node's problem (its /etc/hosts or DNS).
+    expected (address), addresses (in the resolver's order), reachable (bool | None), error}]``.
+    Blame: a name that does not resolve, resolves elsewhere, or resolves first to a loopback
+    address (Debian's and Ubuntu's ``127.0.1.1 <hostname>`` line: torch.distributed and Gloo
+    take the first address, so the rank advertises 127.0.1.1 and its peers cannot reach it;
+    PyTorch's distributed docs and gloo's getaddrinfo use) is the resolving node's problem (its
+    /etc/hosts or DNS).
     An address that does not answer names the link ``a -> b`` and blames the target b (down,
     or its firewall drops a peer). SKIP (names.resolve only) when there is nothing to look up.
     """
@@ -25,6 +39,10 @@ def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
             elif row.get("expected") and row["expected"] not in row.get("addresses", []):
                 resolve.append(f"on {host}: {row['name']} resolves to {', '.join(row['addresses'])}, "
                                f"not {row['expected']}")
+                resolve_hosts.add(host)
+            elif row.get("expected") and is_loopback(row["addresses"][0]):
+                resolve.append(f"on {host}: {row['name']} resolves first to {row['addresses'][0]}, a loopback "
+                               f"address, then {row['expected']}: a rank there advertises loopback to its peers")
                 resolve_hosts.add(host)
             elif row.get("reachable") is False:
                 target = row.get("host") or row["name"]

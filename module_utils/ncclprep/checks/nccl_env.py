@@ -9,6 +9,22 @@ from ansible.module_utils.ncclprep.nccl_vars import ifname_matches
 IFNAME_VARS = (("NCCL_SOCKET_IFNAME", False, "NCCL"), ("GLOO_SOCKET_IFNAME", True, "Gloo"))
 
 
+def _var_problem(var: str, exact: bool, reader: str, spec, data_plane: str, candidates: list[str]) -> str | None:
+    """Why one interface variable's value ``spec`` does not pin ``reader``'s sockets to ``data_plane``."""
+    if spec is None or str(spec).strip() == "":
+        others = [i for i in candidates if i != data_plane]
+        return (f"{var} is unset and this host also has {', '.join(others)}: {reader} picks an interface itself"
+                if others else None)
+    chosen = ifname_matches(str(spec), candidates, exact_only=exact)
+    if data_plane not in chosen:
+        return (f"{var}={spec} does not select the data-plane interface {data_plane} "
+                f"(selects {', '.join(chosen) or 'nothing'})")
+    if len(chosen) > 1:
+        return (f"{var}={spec} also selects {', '.join(i for i in chosen if i != data_plane)}, "
+                f"not only the data-plane interface {data_plane}")
+    return None
+
+
 def ifname_problems(env: dict, data_plane: str, interfaces: list[str]) -> list[str]:
     """Why ``env`` does not send NCCL's and Gloo's sockets over ``data_plane`` only: [] when it does.
 
@@ -20,22 +36,26 @@ def ifname_problems(env: dict, data_plane: str, interfaces: list[str]) -> list[s
     then pick one themselves. Messages name the variable, its value and the interfaces.
     """
     candidates = sorted(set(interfaces) | {data_plane})
-    out = []
-    for var, exact, reader in IFNAME_VARS:
-        spec = env.get(var)
-        if spec is None or str(spec).strip() == "":
-            others = [i for i in candidates if i != data_plane]
-            if others:
-                out.append(f"{var} is unset and this host also has {', '.join(others)}: "
-                           f"{reader} picks an interface itself")
-            continue
-        chosen = ifname_matches(str(spec), candidates, exact_only=exact)
-        if data_plane not in chosen:
-            out.append(f"{var}={spec} does not select the data-plane interface {data_plane} "
-                       f"(selects {', '.join(chosen) or 'nothing'})")
-        elif len(chosen) > 1:
-            out.append(f"{var}={spec} also selects {', '.join(i for i in chosen if i != data_plane)}, "
-                       f"not only the data-plane interface {data_plane}")
+    found = (_var_problem(var, exact, reader, env.get(var), data_plane, candidates)
+             for var, exact, reader in IFNAME_VARS)
+    return [p for p in found if p]
+
+
+def live_values(files: list[dict] | None) -> dict[str, tuple[str, str]]:
+    """The interface variables a launch gets on the node: var -> (value, the file it came from).
+
+    ``files``: facts ``nccl_env.files``, [{path, values}]: the launch env file first, then
+    /etc/nccl.conf (concern_facts.nccl_env). The env file is sourced into the environment,
+    which NCCL reads before /etc/nccl.conf (NCCL's environment documentation: the file only
+    supplies what the environment leaves unset); Gloo reads the environment only.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    files = [f for f in files or [] if isinstance(f, dict)]
+    for var, _exact, reader in IFNAME_VARS:
+        for f in files[:2] if reader == "NCCL" else files[:1]:
+            if isinstance(f.get("values"), dict) and var in f["values"]:
+                out[var] = (f["values"][var], f["path"])
+                break
     return out
 
 
@@ -45,9 +65,12 @@ def check_ifname(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     node_facts found (facts ``data_plane.interface``), and no other interface with an address
     (facts ``interfaces{name: {addresses}}``, loopback excluded).
 
-    FAIL measures host -> the problems (``ifname_problems``); PASS measures host -> {variable:
-    value}. Hosts without a data-plane interface are left to data_plane.interface; no check
-    when no host has both an nccl_env intent and a data-plane interface.
+    The files a launch reads on the node count too (facts ``nccl_env.files``, ``live_values``):
+    a value there that differs from the intent (a hand edit, an interface renamed since
+    provisioning) is judged as well, naming its file. FAIL measures host -> the problems
+    (``ifname_problems``); PASS measures host -> {variable: value}. Hosts without a data-plane
+    interface are left to data_plane.interface; no check when no host has both an nccl_env
+    intent and a data-plane interface.
     """
     problems: dict[str, list[str]] = {}
     values: dict[str, dict] = {}
@@ -60,6 +83,13 @@ def check_ifname(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
         ifaces = [name for name, info in (facts_of(rec).get("interfaces") or {}).items()
                   if name != "lo" and (info or {}).get("addresses")]
         found = ifname_problems(env, dp, ifaces)
+        live = live_values((facts_of(rec).get("nccl_env") or {}).get("files"))
+        candidates = sorted(set(ifaces) | {dp})
+        for var, exact, reader in IFNAME_VARS:
+            if var in live and live[var][0] != env.get(var):
+                why = _var_problem(var, exact, reader, live[var][0], dp, candidates)
+                if why:
+                    found.append(f"{why}, set in {live[var][1]}")
         if found:
             problems[host] = found
     if not values:

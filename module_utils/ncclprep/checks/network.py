@@ -95,7 +95,9 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
 
 def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
     """HANG naming who never arrived, stopped answering, hung a test (classified like any bad
-    link) or, for a lost store, the first node; FAIL naming hosts whose probe raised; else PASS."""
+    link) or, for a lost store, the first node; FAIL naming hosts whose probe raised; WARN
+    naming the directions that passed only on a second try (rows' ``retried``, the first
+    try's evidence); else PASS."""
     missing = sorted({h for n in nets.values() for h in n.get("missing_hosts") or []})
     gone = sorted({h for n in nets.values() for h in n.get("gone_hosts") or []})
     store = sorted({n["store_error"] for n in nets.values() if n.get("store_error")})
@@ -120,6 +122,14 @@ def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
         return make_check("net.run", "FAIL", failed, measured=failed, expected=expected,
                           message="; ".join(f"{h}: {e}" for h, e in sorted(failed.items()))[:400],
                           remediation="read the error; torch must import in torch_runtime's venv (run site.yml)")
+    retried = {f"{r['src']} -> {r['dst']}": r["retried"] for r in rows if r.get("retried")}
+    if retried:
+        return make_check("net.run", "WARN", retried, measured=retried, expected="every test passes on its first try",
+                          message=f"{len(retried)} of {len(tested)} directions passed only on a second try: "
+                                  + "; ".join(f"{k} ({', '.join(v)})" for k, v in sorted(retried.items()))[:400],
+                          remediation="a transient fault (a flapping link, a port that a rule or a process let go "
+                                      "of mid-run): re-run validate.yml; if it comes back, check that link's NIC "
+                                      "and switch port")
     return make_check("net.run", "PASS", measured={"nodes": len(nets), "directions": len(tested)}, expected=expected,
                       message=f"{len(nets)} nodes measured {len(tested)} directions")
 

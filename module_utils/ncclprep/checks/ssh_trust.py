@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, verdict
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
 
 
 def check_ssh(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
@@ -12,13 +12,16 @@ def check_ssh(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     record ``ssh``: the ssh_mesh module's results [{host, name, ok, cause, explanation}] run on
     that host (None: not run; no check when it ran nowhere). Links to a host without facts are
     left to host.reachable. FAIL names each link ``src -> dst`` (measured: link -> ["name: cause
-    (explanation)"]); PASS measures the number of logins.
+    (explanation)"]); WARN, when every login passed but some only on a retry (results'
+    ``retried``), names those links with the first tries' errors; PASS measures the number of
+    logins.
     """
     rows = {h: r.get("ssh") for h, r in sorted(records.items()) if r.get("ssh") is not None}
     if not rows:
         return []
     alive = {h for h, r in records.items() if r.get("facts")}
     bad: dict[str, list[str]] = {}
+    retried: dict[str, list[str]] = {}
     logins = failed = 0
     for src, results in rows.items():
         for res in results:
@@ -29,6 +32,17 @@ def check_ssh(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                 failed += 1
                 bad.setdefault(f"{src} -> {res.get('host')}", []).append(
                     f"{res.get('name')}: {res.get('cause')} ({res.get('explanation')})")
+            elif res.get("retried"):
+                retried.setdefault(f"{src} -> {res.get('host')}", []).append(
+                    f"{res.get('name')}: ok on try {len(res['retried']) + 1} after {'; '.join(res['retried'])}")
+    if not bad and retried:
+        return [make_check("ssh.trust", "WARN", retried, measured=retried, expected="every login passes on its "
+                           "first try", message=f"{sum(map(len, retried.values()))} of {logins} node-to-node SSH "
+                           "logins passed only on a retry: " + "; ".join(f"{k} {', '.join(v)}" for k, v in
+                                                                       sorted(retried.items()))[:400],
+                           remediation="a transient fault (sshd's MaxStartups under a burst, a dropped packet): "
+                                       "re-run validate.yml; if it comes back, check sshd and the link on the "
+                                       "named targets")]
     return [verdict("ssh.trust", bad, expected="login with host key checked, no prompt",
                     message=f"{failed} of {logins} node-to-node SSH logins failed: "
                             + "; ".join(f"{k} {', '.join(v)}" for k, v in sorted(bad.items())),

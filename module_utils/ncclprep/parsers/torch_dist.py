@@ -223,3 +223,18 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
                            "check the address, that the master listens, and the firewall", host=host,
                            errno=c["errno"]))
     return out
+
+
+# A rank that failed only because another rank went away or never answered: the c10d store's
+# ``wait timeout after 90000ms, keys: ...`` (torch/csrc/distributed/c10d/TCPStore.cpp), Gloo's
+# ``Timed out waiting 90000ms for recv operation to complete`` (gloo/transport/tcp/unbound_buffer.cc)
+# and ``Connection closed by peer`` / ``Connection reset by peer`` (gloo/transport/tcp/pair.cc).
+_WAITED_RE = re.compile(r"wait timeout after \d+ ?ms|Timed out waiting \d+ ?ms for (?:recv|send) operation"
+                        r"|Connection (?:closed|reset) by peer")
+
+
+def waited_on_peer(text: str | None) -> bool:
+    """True when a rank's error says only that it waited for, or lost, another rank (a
+    consequence, not the cause: the rank that failed on its own is the one to name)."""
+    return bool(_WAITED_RE.search(text or ""))
+

@@ -1,0 +1,372 @@
+"""The fault suite: one fault at a time on the provisioned 3-node local cluster, validate.yml
+must turn exactly the right checks FAIL or HANG naming the right host or link, inside the
+run's deadline, and nothing else; then the fault is removed.
+
+Runs after tests/integration (tests/conftest.py orders the tiers) on the cluster it
+provisioned, through the ncclprep CLI (exit 1: a check failed). The torchrun job is left out
+of the fault runs unless a fault is about it (``smoke``); the healthy runs prove the job.
+
+Removal is proven by the runs themselves: each run asserts that no check but its own fault's
+is bad, so a fault left behind fails the next run (consecutive faults never share a check and
+its hosts), and the ten healthy runs in a row after the last fault prove the cluster whole.
+They also record the spread of every figure across the runs (min, median, max) and hold the
+inventory's thresholds to a margin over it. The last two tests freeze then stop node3.
+
+Each run's duration is the fault's detection time, recorded for scripts/test.sh's table and
+the README's "What validate catches".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pytest
+import yaml
+from localcluster import (
+    BIN,
+    DATASET,
+    DATASET_MAKE,
+    NODES,
+    REPO,
+    bad_checks,
+    env,
+    load,
+    on,
+    playbook,
+    provision,
+    record,
+    run,
+)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.faults,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed"),
+]
+
+#: node2's and node3's data-plane addresses (playbooks/templates/local_hosts.yml.j2).
+ADDR = {"node1": "10.77.29.11", "node2": "10.77.29.12", "node3": "10.77.29.13"}
+EPHEMERAL = "32768:60999"  # net.ipv4.ip_local_port_range on the nodes
+TORCH_VERSION_PY = "/opt/ncclprep/venv/lib/python3.11/site-packages/torch/version.py"
+NO_SMOKE = ("-e", "preflight_smoke_enabled=false")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: shell commands per node to put it in and to take it out, the checks that
+    must go bad (check id -> the hosts or links it names, exactly) with a text each message
+    holds, and the extra arguments of its validate run."""
+
+    id: str
+    catches: str  # what the fault is, in the README's words
+    inject: dict[str, str]
+    undo: dict[str, str]
+    bad: dict[str, list[str]]
+    detail: dict[str, str] = field(default_factory=dict)
+    extra: tuple[str, ...] = NO_SMOKE
+    detached: dict[str, str] = field(default_factory=dict)  # node -> a process left running (podman exec -d)
+
+
+def hosts_edit(sed: str) -> str:
+    """Rewrite /etc/hosts in place (a bind mount in the containers: not renamed over), keeping a backup."""
+    return f"cp /etc/hosts /root/hosts.bak && sed '{sed}' /root/hosts.bak > /etc/hosts"
+
+
+HOSTS_BACK = "cat /root/hosts.bak > /etc/hosts"
+
+FAULTS = [
+    Fault("sysctl", "a tracked sysctl changed on one node (net.core.somaxconn=128 on node2)",
+          {"node2": "sysctl -w net.core.somaxconn=128"}, {"node2": "sysctl -w net.core.somaxconn=65535"},
+          {"sysctl.net.core.somaxconn": ["node2"]}, {"sysctl.net.core.somaxconn": "node2"}),
+    Fault("mtu-one-node", "the data-plane MTU changed on one node only (1500 on node2, 4096 elsewhere)",
+          {"node2": "ip link set eth0 mtu 1500"}, {"node2": "ip link set eth0 mtu 4096"},
+          {"data_plane.mtu": ["node2"], "net.path_mtu": ["node2"]},
+          {"data_plane.mtu": "node2=1500; expected 4096",
+           "net.path_mtu": "4096 B does not pass with don't-fragment on node2"}),
+    Fault("port-dropped", "the rendezvous port dropped by one node's firewall (ufw deny 29500 on node2)",
+          {"node2": "ufw insert 1 deny 29500/tcp"}, {"node2": "ufw delete deny 29500/tcp"},
+          {"net.ports": ["node2"]}, {"net.ports": "node2:29500 filtered from node1, filtered from node3"}),
+    Fault("hand-edit", "a hand edit of a managed file (NCCL_DEBUG=TRACE appended to node2's /etc/nccl.conf)",
+          {"node2": "echo NCCL_DEBUG=TRACE >> /etc/nccl.conf"},
+          {"node2": "sed -i '/^NCCL_DEBUG=TRACE$/d' /etc/nccl.conf"},
+          {"drift.files": ["node2"]}, {"drift.files": "node2: /etc/nccl.conf differs: +NCCL_DEBUG=TRACE (nccl_env)"}),
+    Fault("port-rejected", "the rendezvous port rejected by one node's firewall (ufw reject 29500 on node2)",
+          {"node2": "ufw insert 1 reject 29500/tcp"}, {"node2": "ufw delete reject 29500/tcp"},
+          {"net.ports": ["node2"]}, {"net.ports": "node2:29500 refused from node1, refused from node3"}),
+    Fault("ephemeral-dropped",
+          "ephemeral ports dropped between two nodes, the rendezvous ports open (node2 drops node3's TCP to "
+          f"{EPHEMERAL})",
+          {"node2": f"ufw insert 1 deny proto tcp from {ADDR['node3']} to any port {EPHEMERAL}"},
+          {"node2": f"ufw delete deny proto tcp from {ADDR['node3']} to any port {EPHEMERAL}"},
+          {"net.ports": ["node3 -> node2"], "collective.run": ["node2", "node3"],
+           "collective.blame": ["node2 <-> node3"]},
+          {"net.ports": "filtered from node3", "collective.blame": "node2 <-> node3 bad in its pairing only"}),
+    Fault("name-unresolved", "one node's host name no longer resolving on the others (node2 gone from the hosts "
+          "block on node1 and node3)",
+          {"node1": hosts_edit(f"/^{ADDR['node2']} node2$/d"), "node3": hosts_edit(f"/^{ADDR['node2']} node2$/d")},
+          {"node1": HOSTS_BACK, "node3": HOSTS_BACK},
+          {"names.resolve": ["node1", "node3"], "ssh.trust": ["node1 -> node2", "node3 -> node2"],
+           "drift.files": ["node1", "node3"]},
+          {"names.resolve": "node2 cannot resolve", "ssh.trust": "node2: unresolved",
+           "drift.files": f"-{ADDR['node2']} node2 (host_names)"}),
+    Fault("throttled-link", "one node's link rate-limited (tc tbf 200 Mbit/s on node2)",
+          {"node2": "tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 100ms"},
+          {"node2": "tc qdisc del dev eth0 root"},
+          {"net.bandwidth": ["node2"]}, {"net.bandwidth": "node2 sends at a median 0.02"}),
+    Fault("hosts-block-edit", "a hand edit of the managed /etc/hosts block (an intruder line on node2)",
+          {"node2": hosts_edit("/^# BEGIN ncclprep host_names/a 10.77.29.99 intruder")}, {"node2": HOSTS_BACK},
+          {"drift.files": ["node2"]},
+          {"drift.files": 'node2: /etc/hosts block "# BEGIN ncclprep host_names (managed by Ansible)" differs: '
+                          "+10.77.29.99 intruder (host_names)"}),
+    Fault("port-taken", "a port the job needs already taken by another process (a listener on 29400 on node1)",
+          {}, {"node1": "pkill -f ncclprep-squatter || true"},
+          {"firewall.ports_free": ["node1"]}, {"firewall.ports_free": "node1:29400 held by python"},
+          detached={"node1": "exec -a ncclprep-squatter python3 -c 'import socket, time; s = socket.socket(); "
+                             "s.bind((\"0.0.0.0\", 29400)); s.listen(); time.sleep(600)'"}),
+    # node1's ed25519 key stays, so ssh from node2 still checks node1's host key (ssh.trust passes)
+    Fault("known-hosts-edit", "a managed known_hosts line removed and a foreign one added on node2",
+          {"node2": "cp /etc/ssh/ssh_known_hosts /root/kh.bak && sed -i '/^node1 ecdsa-sha2-nistp256 /d' "
+                    "/etc/ssh/ssh_known_hosts && echo 'github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6"
+                    "UOoqKLsabgH5C9okWi0dh2l9GKJl' >> /etc/ssh/ssh_known_hosts"},
+          {"node2": "cp /root/kh.bak /etc/ssh/ssh_known_hosts"},
+          {"drift.files": ["node2"]}, {"drift.files": "node2: /etc/ssh/ssh_known_hosts lacks 1 of"}),
+    Fault("torch-skew", "another torch on one node (node2's torch reports 2.12.1)",
+          {"node2": f"cp {TORCH_VERSION_PY} /root/version.py.bak && "
+                    f"sed -i \"s/^__version__ = .*/__version__ = '2.12.1+cpu'/\" {TORCH_VERSION_PY}"},
+          {"node2": f"cp /root/version.py.bak {TORCH_VERSION_PY}"},
+          {"versions.torch": ["node2"]}, {"versions.torch": "2.12.1"}),
+    Fault("ifname-missing", "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME naming an interface missing on one node "
+          "(eth9 in node2's launch env file, as after a NIC rename)",
+          {"node2": "cp /etc/ncclprep/nccl.env /root/nccl.env.bak && sed -i 's/^GLOO_SOCKET_IFNAME=eth0$/"
+                    "GLOO_SOCKET_IFNAME=eth9/; s/^NCCL_SOCKET_IFNAME==eth0$/NCCL_SOCKET_IFNAME==eth9/' "
+                    "/etc/ncclprep/nccl.env"},
+          {"node2": "cp /root/nccl.env.bak /etc/ncclprep/nccl.env"},
+          {"nccl_env.ifname": ["node2"], "drift.files": ["node2"], "collective.run": ["node2"],
+           "collective.blame": ["node2"]},
+          {"nccl_env.ifname": "GLOO_SOCKET_IFNAME=eth9 does not select the data-plane interface eth0 (selects "
+                              "nothing), set in /etc/ncclprep/nccl.env",
+           "collective.run": "Unable to find address for: eth9", "collective.blame": "node2 bad in every pairing"}),
+    Fault("name-to-loopback", "one node's own name resolving first to 127.0.1.1 there (Debian's and Ubuntu's "
+          "default /etc/hosts line, above the managed block on node2)",
+          {"node2": hosts_edit("1i 127.0.1.1 node2")}, {"node2": HOSTS_BACK},
+          {"names.resolve": ["node2"]}, {"names.resolve": "node2 resolves first to 127.0.1.1, a loopback address"}),
+    Fault("firewall-off-and-key-refused", "the firewall off on node1, and node-to-node SSH refused by node3 while "
+          "Ansible's own connection still works (the cluster key gone from its authorized_keys)",
+          {"node1": "ufw disable",
+           "node3": "cp /root/.ssh/authorized_keys /root/ak.bak && sed -i '/ncclprep cluster key/d' "
+                    "/root/.ssh/authorized_keys"},
+          {"node1": "ufw --force enable", "node3": "cat /root/ak.bak > /root/.ssh/authorized_keys"},
+          {"firewall.rules": ["node1"], "ssh.trust": ["node1 -> node3", "node2 -> node3"]},
+          {"firewall.rules": "node1: ufw is inactive", "ssh.trust": "auth_denied"}),
+]
+#: Filled in as the faults run: fault id -> {"seconds": detection time, "bad": {check: hosts}}.
+SEEN: dict[str, dict] = {}
+
+
+def inject(fault: Fault) -> None:
+    for node, script in fault.inject.items():
+        assert on(node, script).returncode == 0, f"{fault.id}: could not inject on {node}"
+    for node, script in fault.detached.items():
+        assert run(["podman", "exec", "-d", f"ncclprep-{node}", "sh", "-c", script], timeout=60).returncode == 0
+    if fault.detached:
+        time.sleep(1)
+
+
+def validate(reports: str, extra: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    val = playbook("validate", reports, timeout=600, extra=extra, cli=True)
+    return val, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def provisioned(cluster):
+    provision()
+    for node in NODES:  # a training dataset on every node (check dataset.path)
+        assert on(node, DATASET_MAKE).returncode == 0
+    return cluster
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
+def test_fault_turns_exactly_its_checks_bad(provisioned, tmp_path_factory, fault):
+    inject(fault)
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val, seconds = validate(reports, fault.extra)
+        record(f"fault {fault.id}", seconds, phase="faults")
+        assert val.returncode == 1, val.stdout[-2000:]  # ncclprep: a check failed
+        bad = bad_checks(load(reports))
+        SEEN[fault.id] = {"seconds": round(seconds, 1), "bad": {c: b["hosts"] for c, b in bad.items()}}
+        assert {c: b["hosts"] for c, b in bad.items()} == fault.bad, {c: (b["hosts"], b["message"]) for c, b in
+                                                                      bad.items()}
+        for cid, text in fault.detail.items():
+            assert text in bad[cid]["message"], (cid, bad[cid]["message"])
+        for cid, hosts in fault.bad.items():
+            assert f"| {bad[cid]['status']} | {cid} | {', '.join(hosts)} |" in val.stdout
+    finally:
+        for node, script in fault.undo.items():
+            on(node, script)
+
+
+def test_dataset_missing_on_one_node_is_named(provisioned, tmp_path_factory):
+    """The dataset folder unmounted on node2 (moved away): dataset.path names node2 alone."""
+    assert on("node2", f"mv {DATASET} {DATASET}.off").returncode == 0
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val, seconds = validate(reports, ("-e", f"preflight_dataset_path={DATASET}", *NO_SMOKE))
+        record("fault dataset-missing", seconds, phase="faults")
+        assert val.returncode == 1
+        bad = bad_checks(load(reports))
+        assert list(bad) == ["dataset.path"], bad
+        assert bad["dataset.path"]["hosts"] == ["node2"]
+        assert bad["dataset.path"]["measured"] == {"node2": "does not exist"}
+    finally:
+        on("node2", f"mv {DATASET}.off {DATASET}")
+
+
+def test_collectives_below_the_floor_are_blamed_on_the_throttled_node(provisioned, tmp_path_factory):
+    """node2's link under tbf and a busbw floor the healthy pairs clear: the collectives fail,
+    the blame's ring-neighbour pairs find node2 slow in both of its pairings and name it."""
+    throttle = next(f for f in FAULTS if f.id == "throttled-link")
+    inject(throttle)
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val, seconds = validate(reports, ("-e", "preflight_min_busbw_gbps=0.1", *NO_SMOKE))
+        record("fault throttled-link with a busbw floor", seconds, phase="faults")
+        assert val.returncode == 1
+        bad = bad_checks(load(reports))
+        assert bad["collective.blame"]["hosts"] == ["node2"], bad["collective.blame"]
+        assert "node2 bad in every pairing" in bad["collective.blame"]["message"]
+        assert bad["collective.blame"]["measured"]["rounds"] == 3
+        assert bad["net.bandwidth"]["hosts"] == ["node2"]
+        assert {c for c in bad if not c.startswith("collective.")} == {"net.bandwidth"}, bad
+    finally:
+        for node, script in throttle.undo.items():
+            on(node, script)
+
+
+def test_delay_on_one_link_is_named(provisioned, tmp_path_factory):
+    """5 ms more each way on node2's link (tc netem): net.latency names node2. Needs the
+    kernel's netem qdisc (CONFIG_NET_SCH_NETEM), which some VM kernels leave out."""
+    add = on("node2", "tc qdisc add dev eth0 root netem delay 5ms")
+    if add.returncode != 0:
+        pytest.skip(f"this kernel has no netem qdisc ({add.stderr.strip()}): net.latency's rule is tested on "
+                    "recorded figures in tests/unit/test_network_checks.py")
+    try:
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val, seconds = validate(reports, NO_SMOKE)
+        record("fault delay (netem 5 ms)", seconds, phase="faults")
+        assert val.returncode == 1
+        bad = bad_checks(load(reports))
+        assert bad["net.latency"]["hosts"] == ["node2"], bad
+        assert set(bad) <= {"net.latency", "net.bandwidth"}, bad
+    finally:
+        on("node2", "tc qdisc del dev eth0 root")
+
+
+#: The figures of each healthy run whose spread is recorded: name -> cluster report -> value.
+FIGURES = {
+    "latency p50, worst direction (us)": lambda d: max(v for r in d["network"]["latency_p50_us"].values()
+                                                       for v in r.values()),
+    "latency p99, worst direction (us)": lambda d: max(v for r in d["network"]["latency_p99_us"].values()
+                                                       for v in r.values()),
+    "bandwidth, slowest direction (GB/s)": lambda d: min(v for r in d["network"]["bandwidth_gbps"].values()
+                                                         for v in r.values()),
+    "bandwidth, slowest / median direction": lambda d: (
+        min(vals := [v for r in d["network"]["bandwidth_gbps"].values() for v in r.values()])
+        / statistics.median(vals)),
+    **{f"{op} busbw at the largest size (GB/s)": (lambda d, op=op: d["collectives"][op][-1]["busbw_gbps"])
+       for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")},
+}
+HEALTHY_RUNS = int(os.environ.get("NCCLPREP_HEALTHY_RUNS", "10"))
+
+
+def test_healthy_runs_in_a_row_give_no_false_alarm(provisioned, tmp_path_factory):
+    """Ten validate runs in a row after every fault was taken out: zero FAIL, zero HANG; the
+    spread of each figure (min, median, max) is written to $NCCLPREP_SPREAD (default
+    reports/healthy-spread.json) and the inventory's thresholds keep a margin of 2x over it:
+    the worst latency p50 is at most half of preflight_net_max_latency_us, the slowest
+    direction's share of the median at least twice preflight_net_slow_ratio."""
+    figures: dict[str, list[float]] = {name: [] for name in FIGURES}
+    seconds = []
+    for i in range(HEALTHY_RUNS):
+        reports = str(tmp_path_factory.mktemp("reports"))
+        val, took = validate(reports, ("-e", f"preflight_dataset_path={DATASET}"))
+        seconds.append(took)
+        data = load(reports)
+        assert val.returncode == 0 and data["status"] == "PASS", (i, bad_checks(data))
+        assert not [c for c in data["checks"] if c["status"] in ("FAIL", "HANG", "WARN")], i
+        for name, get in FIGURES.items():
+            figures[name].append(get(data))
+    record(f"{HEALTHY_RUNS} healthy runs in a row (median of one)", statistics.median(seconds), phase="faults")
+    spread = {name: {"min": min(v), "median": statistics.median(v), "max": max(v)} for name, v in figures.items()}
+    spread["validate run (s)"] = {"min": min(seconds), "median": statistics.median(seconds), "max": max(seconds)}
+    path = os.environ.get("NCCLPREP_SPREAD") or os.path.join(REPO, "reports", "healthy-spread.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"runs": HEALTHY_RUNS, "spread": spread}, fh, indent=1)
+    sys.stdout.write(json.dumps(spread, indent=1) + "\n")
+    with open(os.path.join(REPO, "inventory", "local", "hosts.yml"), encoding="utf-8") as fh:
+        limits = yaml.safe_load(fh)["all"]["vars"]
+    assert spread["latency p50, worst direction (us)"]["max"] <= limits["preflight_net_max_latency_us"] / 2, spread
+    assert spread["bandwidth, slowest / median direction"]["min"] >= 2 * limits["preflight_net_slow_ratio"], spread
+
+
+def test_node3_paused_mid_probe_is_named_within_the_deadline(provisioned, tmp_path_factory):
+    """node3 frozen (podman pause) once its network probe listens: the run ends by its deadlines
+    and every bad check names node3 alone."""
+    reports = str(tmp_path_factory.mktemp("reports"))
+    cmd = [os.path.join(BIN, "ansible-playbook"), "validate.yml", "-i", "inventory/local",
+           "-e", f"preflight_report_dir={reports}"]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    paused = False
+    try:
+        while proc.poll() is None and time.monotonic() - start < 300:
+            ss = subprocess.run(["podman", "exec", "ncclprep-node3", "ss", "-Hltn", "sport = :29521"], env=env(),
+                                capture_output=True, text=True, timeout=30)
+            if "LISTEN" in ss.stdout:
+                time.sleep(0.5)
+                paused = run(["podman", "pause", "ncclprep-node3"], timeout=60).returncode == 0
+                break
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        run(["podman", "unpause", "ncclprep-node3"], timeout=60)
+    elapsed = time.monotonic() - start
+    record("fault node3 paused mid-probe", elapsed, phase="faults")
+    sys.stdout.write(out[-3000:])
+    assert paused, "node3's probe never started listening"
+    assert proc.returncode != 0
+    bad = bad_checks(load(reports))
+    assert "host.reachable" in bad and bad["host.reachable"]["hosts"] == ["node3"]
+    assert all(c["hosts"] == ["node3"] for c in bad.values()), bad
+    assert set(bad) <= {"host.reachable", "net.run", "collective.run"}, bad
+    assert elapsed < 300
+
+
+def test_stopped_node3_is_named_without_a_hang(provisioned, tmp_path_factory):
+    """Runs last: it stops node3 (the session fixture tears the cluster down afterwards)."""
+    stop = run(["podman", "stop", "--time", "2", "ncclprep-node3"], timeout=120)
+    assert stop.returncode == 0
+    reports = str(tmp_path_factory.mktemp("reports"))
+    val, seconds = validate(reports, ())
+    record("fault node3 stopped", seconds, phase="faults")
+    assert val.returncode == 1
+    data = load(reports)
+    bad = bad_checks(data)
+    assert bad["host.reachable"]["hosts"] == ["node3"]
+    # the collectives ran on the two remaining ranks: no made-up HANG
+    assert "collective.run" not in bad
+    statuses = {c["id"]: c["status"] for c in data["checks"]}
+    assert statuses["collective.all_reduce"] == "PASS"
+    assert statuses["torchrun.smoke"] == "SKIP"
+    assert all(c["hosts"] == ["node3"] for c in bad.values()), bad
