@@ -32,7 +32,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     parse_cidr,
 )
 from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
-from ansible.module_utils.ncclprep.sysctl import check_value, normalize  # noqa: E402
+from ansible.module_utils.ncclprep.sysctl import HOST_GLOBAL, check_value, normalize  # noqa: E402
 # isort: on
 
 
@@ -96,8 +96,9 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
     """Why each invalid setting is invalid: ``["node1: net.ipv4.tcp_congestion_control='brr': ..."]``.
 
     ``available_congestion_control`` is the node's tcp_available_congestion_control
-    (a space-separated string or a list); ``known``: the names this kernel has (``sysctl -N -a``,
-    a list; None: not checked), a key outside it is unknown, with the closest names offered;
+    (a space-separated string or a list); ``known``: the names this kernel shows (``sysctl -N -a``,
+    a list; None: not checked), a key outside it and outside sysctl.HOST_GLOBAL (hidden from a
+    container's network namespace, not unknown) is unknown, with the closest name offered;
     [] when every value is valid.
     """
     import difflib
@@ -107,7 +108,7 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
     known = set(known) if known else None
     errors = []
     for key, value in sorted((settings or {}).items()):
-        if known is not None and key not in known:
+        if known is not None and key not in known and key not in HOST_GLOBAL:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
             errors.append(f"{host}: {key}={value!r}: no such sysctl on this kernel"
                           + (f"; did you mean {close[0]}?" if close else " (sysctl -a lists the names)"))

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Install the test dependencies and run the tests, in tiers:
 #   scripts/test.sh            everything: ruff, ansible-lint, unit tests, every role's
-#                              Molecule scenario, the integration test on a 3-node local
-#                              cluster (podman; builds the node image once)
+#                              Molecule scenario, the integration tests on a 3-node local
+#                              cluster (podman; builds the node image once), then the fault
+#                              suite (tests/faults) on the same cluster
 #   scripts/test.sh --quick    ruff, ansible-lint and the unit tests only (no podman), to iterate
 #   scripts/test.sh [--quick] PYTEST_ARGS...
 #                              the linters, then one pytest run with those arguments
 #                              (e.g. tests/molecule -k sysctl_tuning)
 # Every run ends with the duration of each phase (and of each Molecule step and
-# integration command, when those ran).
+# integration command, when those ran) and, after the fault suite, the spread of each
+# figure over its healthy runs in a row.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"

@@ -76,6 +76,18 @@ def parse_sysctl_a(text: str) -> tuple[dict[str, str], list[str]]:
 
 
 # Keys whose value is a word, not integers (everything else under net.* is numeric).
+#: Host-global keys: linux net/core/sysctl_net_core.c's ``net_core_table`` (not its per-namespace
+#: ``netns_core_table``), so a container's network namespace does not show them (or shows them
+#: read-only). ``sysctl -N -a`` inside a container leaves them out; they are not unknown there.
+HOST_GLOBAL = frozenset(f"net.core.{k}" for k in """
+wmem_max rmem_max wmem_default rmem_default mem_pcpu_rsv dev_weight dev_weight_rx_bias dev_weight_tx_bias
+netdev_max_backlog netdev_rss_key bpf_jit_enable bpf_jit_harden bpf_jit_kallsyms bpf_jit_limit
+netdev_tstamp_prequeue message_cost message_burst busy_poll busy_read default_qdisc netdev_budget warnings
+max_skb_frags netdev_budget_usecs fb_tunnels_only_for_init_net devconf_inherit_init_net high_order_alloc_disable
+gro_normal_batch netdev_unregister_timeout_secs skb_defer_max rps_sock_flow_entries flow_limit_cpu_bitmap
+flow_limit_table_len tstamp_allow_data rps_default_mask optmem_max
+""".split())
+
 STRING_KEYS = frozenset({
     "net.ipv4.tcp_congestion_control",
     "net.core.default_qdisc",

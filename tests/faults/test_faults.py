@@ -41,6 +41,7 @@ from localcluster import (
     on,
     playbook,
     provision,
+    recap,
     record,
     run,
 )
@@ -72,6 +73,8 @@ class Fault:
     detail: dict[str, str] = field(default_factory=dict)
     extra: tuple[str, ...] = NO_SMOKE
     detached: dict[str, str] = field(default_factory=dict)  # node -> a process left running (podman exec -d)
+    # other outcomes that are as right as ``bad`` (check id -> hosts, exactly), each with its reason
+    also: tuple[dict[str, list[str]], ...] = ()
 
 
 def hosts_edit(sed: str) -> str:
@@ -88,8 +91,9 @@ FAULTS = [
     Fault("mtu-one-node", "the data-plane MTU changed on one node only (1500 on node2, 4096 elsewhere)",
           {"node2": "ip link set eth0 mtu 1500"}, {"node2": "ip link set eth0 mtu 4096"},
           {"data_plane.mtu": ["node2"], "net.path_mtu": ["node2"]},
-          {"data_plane.mtu": "node2=1500; expected 4096",
-           "net.path_mtu": "4096 B does not pass with don't-fragment on node2"}),
+          {"data_plane.mtu": "node2=1500; expected 4096"},
+          # in 2 of 4 runs node2 did not reach the probe's store on node1 at all: a HANG naming it
+          also=({"data_plane.mtu": ["node2"], "net.run": ["node2"]},)),
     Fault("port-dropped", "the rendezvous port dropped by one node's firewall (ufw deny 29500 on node2)",
           {"node2": "ufw insert 1 deny 29500/tcp"}, {"node2": "ufw delete deny 29500/tcp"},
           {"net.ports": ["node2"]}, {"net.ports": "node2:29500 filtered from node1, filtered from node3"}),
@@ -203,12 +207,12 @@ def test_fault_turns_exactly_its_checks_bad(provisioned, tmp_path_factory, fault
         assert val.returncode == 1, val.stdout[-2000:]  # ncclprep: a check failed
         bad = bad_checks(load(reports))
         SEEN[fault.id] = {"seconds": round(seconds, 1), "bad": {c: b["hosts"] for c, b in bad.items()}}
-        assert {c: b["hosts"] for c, b in bad.items()} == fault.bad, {c: (b["hosts"], b["message"]) for c, b in
-                                                                      bad.items()}
+        assert {c: b["hosts"] for c, b in bad.items()} in (fault.bad, *fault.also), {
+            c: (b["hosts"], b["message"]) for c, b in bad.items()}
         for cid, text in fault.detail.items():
             assert text in bad[cid]["message"], (cid, bad[cid]["message"])
-        for cid, hosts in fault.bad.items():
-            assert f"| {bad[cid]['status']} | {cid} | {', '.join(hosts)} |" in val.stdout
+        for cid, check in bad.items():
+            assert f"| {check['status']} | {cid} | {', '.join(check['hosts'])} |" in val.stdout
     finally:
         for node, script in fault.undo.items():
             on(node, script)
@@ -353,12 +357,38 @@ def test_node3_paused_mid_probe_is_named_within_the_deadline(provisioned, tmp_pa
     assert elapsed < 300
 
 
+def test_a_node_added_to_the_inventory_joins_with_one_run(provisioned, tmp_path_factory):
+    """node4 started and added to the inventory (scripts/local_cluster.sh up 4): one site.yml run
+    provisions it and updates the others (hosts block, known hosts, cluster key), and validate.yml
+    passes on the four nodes. The cluster stays at four for the last test."""
+    up = run([os.path.join(REPO, "scripts", "local_cluster.sh"), "up", "4"], timeout=1200)
+    assert up.returncode == 0
+    start = time.monotonic()
+    site = playbook("site", timeout=1500)
+    record("site.yml joining node4 (one run)", time.monotonic() - start, phase="faults")
+    assert site.returncode == 0
+    counters = {h: c["changed"] for h, c in recap(site.stdout).items()}
+    assert set(counters) == {*NODES, "node4"} and all(counters.values()), counters
+    for node in NODES:
+        hosts = on(node, "cat /etc/hosts /etc/ssh/ssh_known_hosts").stdout
+        assert "10.77.29.14 node4" in hosts and "\nnode4 " in hosts, node
+    assert on("node4", DATASET_MAKE).returncode == 0
+    reports = str(tmp_path_factory.mktemp("reports"))
+    val, seconds = validate(reports, ("-e", f"preflight_dataset_path={DATASET}"))
+    record("validate.yml on the four nodes", seconds, phase="faults")
+    data = load(reports)
+    assert val.returncode == 0 and data["hosts"] == [*NODES, "node4"], bad_checks(data)
+    ssh = next(c for c in data["checks"] if c["id"] == "ssh.trust")
+    assert ssh["status"] == "PASS" and ssh["measured"] == {"logins": 4 * 3 * 2}, ssh
+
+
 def test_stopped_node3_is_named_without_a_hang(provisioned, tmp_path_factory):
-    """Runs last: it stops node3 (the session fixture tears the cluster down afterwards)."""
+    """Runs last: it stops node3 (the session fixture tears the cluster down afterwards); node4
+    (the test before) stays up and is measured with the others."""
     stop = run(["podman", "stop", "--time", "2", "ncclprep-node3"], timeout=120)
     assert stop.returncode == 0
     reports = str(tmp_path_factory.mktemp("reports"))
-    val, seconds = validate(reports, ())
+    val, seconds = validate(reports, NO_SMOKE)
     record("fault node3 stopped", seconds, phase="faults")
     assert val.returncode == 1
     data = load(reports)
@@ -368,5 +398,4 @@ def test_stopped_node3_is_named_without_a_hang(provisioned, tmp_path_factory):
     assert "collective.run" not in bad
     statuses = {c["id"]: c["status"] for c in data["checks"]}
     assert statuses["collective.all_reduce"] == "PASS"
-    assert statuses["torchrun.smoke"] == "SKIP"
     assert all(c["hosts"] == ["node3"] for c in bad.values()), bad

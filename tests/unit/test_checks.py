@@ -287,7 +287,9 @@ def test_the_rank_that_failed_on_its_own_is_named_not_those_that_waited_for_it()
     node2 cannot bind, node1 and node3 time out waiting for it; collective.run names node2."""
     rec = healthy()
     waited = "DistStoreError: wait timeout after 90000ms, keys: /0//cpu//0/1"
-    for host, error in (("node1", waited), ("node3", waited),
+    lost = ("DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server "
+            "shutdown or crash?")
+    for host, error in (("node1", waited), ("node3", lost),
                         ("node2", "RuntimeError: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
                                   "tcp/device.cc:84] ifa != nullptr. Unable to find address for: eth9")):
         rec[host]["probe"] = {"status": "FAIL", "stage": "init_process_group", "results": [], "hosts": HOSTS,

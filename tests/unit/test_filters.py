@@ -62,12 +62,15 @@ def test_sysctl_errors_name_host_key_and_value():
 
 
 def test_a_sysctl_this_kernel_does_not_have_is_named_with_the_closest_name():
-    known = ["net.core.somaxconn", "net.core.netdev_budget", "net.ipv4.tcp_rmem"]
+    known = ["net.core.somaxconn", "net.ipv4.tcp_rmem"]
     errs = F["ncclprep_sysctl_errors"]({"net.core.somaxcon": 4096, "net.core.no_such_knob": 1,
-                                        "net.core.netdev_budget": 600}, None, "node1", known)
+                                        "net.ipv4.tcp_rmem": "4096 87380 16777216"}, None, "node1", known)
     assert errs == ["node1: net.core.no_such_knob=1: no such sysctl on this kernel (sysctl -a lists the names)",
                     "node1: net.core.somaxcon=4096: no such sysctl on this kernel; did you mean net.core.somaxconn?"]
     assert F["ncclprep_sysctl_errors"]({"net.core.no_such_knob": 1}, None, "node1", None) == []  # names not read
+    # host-global keys a container's network namespace hides (sysctl -N -a leaves them out) are not unknown
+    assert F["ncclprep_sysctl_errors"]({"net.core.netdev_budget": 600, "net.core.rps_sock_flow_entries": 32768},
+                                       None, "node1", known) == []
 
 
 def test_nccl_env_check_names_the_host():

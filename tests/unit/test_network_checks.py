@@ -113,6 +113,18 @@ def test_a_node_that_never_arrived_and_a_lost_store():
     assert bad(check_network(recs, CTX))["net.run"]["hosts"] == ["node1"]
 
 
+def test_a_store_only_one_node_could_not_reach_is_that_nodes_not_the_store_hosts():
+    """node2 (MTU 1500 against 4096, as the local cluster saw it in 2 of 4 runs) never reached the
+    store that node3 used: net.run names node2, not node1."""
+    recs = records([row("node1", "node3"), row("node3", "node1")], missing=["node2"])
+    recs["node2"]["net"].update(status="HANG", stage="store", store_error=(
+        "the store on node1 (10.77.29.11:29520): The client socket has timed out after 45600ms while trying to "
+        "connect to (10.77.29.11, 29520)."))
+    found = bad(check_network(recs, CTX))
+    assert found["net.run"]["hosts"] == ["node2"]
+    assert "node2 never arrived" in found["net.run"]["message"]
+
+
 def test_probe_error_is_a_fail_naming_the_host_and_nothing_ran_is_a_skip():
     recs = records(all_rows())
     recs["node2"]["net"] = {"status": "FAIL", "host": "node2", "hosts": HOSTS, "links": [], "missing_hosts": [],

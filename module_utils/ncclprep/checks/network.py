@@ -95,7 +95,8 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
 
 def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
     """HANG naming who never arrived, stopped answering, hung a test (classified like any bad
-    link) or, for a lost store, the first node; FAIL naming hosts whose probe raised; WARN
+    link) or, for a lost store, the first node (the store's host) when every other node lost
+    it, else the nodes that did; FAIL naming hosts whose probe raised; WARN
     naming the directions that passed only on a second try (rows' ``retried``, the first
     try's evidence); else PASS."""
     missing = sorted({h for n in nets.values() for h in n.get("missing_hosts") or []})
@@ -108,7 +109,11 @@ def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
     # a direction to or from a node that left the run is that node's, not a link's
     unexplained = {(r["src"], r["dst"]) for r in hung} - {k for k in tested if set(k) & (set(missing) | set(gone))}
     hung_names = _blame(tested, unexplained)[0] if unexplained else []
-    blame = set(missing) | set(gone) | set(hung_names) | ({first} if store and first else set())
+    # the store's host is to blame when every other node lost it; when some reached it, those
+    # that did not are (their path to it, or they came too late)
+    lost = {h for h, n in nets.items() if n.get("store_error")}
+    store_blame = ({first} if first and lost >= set(nets) - {first} else lost) if store else set()
+    blame = set(missing) | set(gone) | set(hung_names) | store_blame
     expected = "every node takes part and answers"
     if blame:
         parts = [f"{', '.join(missing)} never arrived" if missing else "",

@@ -228,9 +228,11 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
 # A rank that failed only because another rank went away or never answered: the c10d store's
 # ``wait timeout after 90000ms, keys: ...`` (torch/csrc/distributed/c10d/TCPStore.cpp), Gloo's
 # ``Timed out waiting 90000ms for recv operation to complete`` (gloo/transport/tcp/unbound_buffer.cc)
-# and ``Connection closed by peer`` / ``Connection reset by peer`` (gloo/transport/tcp/pair.cc).
+# and ``Connection closed by peer`` / ``Connection reset by peer`` (gloo/transport/tcp/pair.cc), and the
+# store client's ``Failed to recv, got 0 bytes. Connection was likely closed`` (c10d/Utils.hpp, the store
+# went away with the rank that hosted it).
 _WAITED_RE = re.compile(r"wait timeout after \d+ ?ms|Timed out waiting \d+ ?ms for (?:recv|send) operation"
-                        r"|Connection (?:closed|reset) by peer")
+                        r"|Connection (?:closed|reset) by peer|Connection was likely closed")
 
 
 def waited_on_peer(text: str | None) -> bool:
