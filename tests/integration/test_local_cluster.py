@@ -298,7 +298,7 @@ def test_bad_input_fails_before_any_change(bad_input_runs, extra, message):
 
 
 @pytest.mark.parametrize("args,message", [
-    pytest.param(["-l", "nosuchhost"], "no host in the inventory matched ncclprep_nodes", id="empty-host-list"),
+    pytest.param(["-l", "nosuchhost"], "leaves us with no hosts to target", id="empty-host-list"),
     pytest.param(["-i", "{twice}"], "node2, node4 share the data-plane address 10.77.29.12: one machine listed "
                                     "twice in the inventory", id="same-host-twice"),
 ])
@@ -318,34 +318,6 @@ def test_an_inventory_without_hosts_or_with_one_machine_twice_is_refused(cluster
     assert "PLAY [Provision the nodes]" not in bad.stdout
     counters = recap(bad.stdout)
     assert all(c["changed"] == 0 for c in counters.values())
-
-
-def test_a_failure_on_one_node_leaves_the_others_provisioned_and_a_rerun_finishes(cluster):
-    """A new NCCL setting while node3's env file cannot be written (a folder in its place): node1
-    and node2 take it, node3 fails and says why; once node3 is mended, the same run changes
-    node3 only and the setting is everywhere. The setting is taken back out afterwards."""
-    env_file, extra = "/etc/ncclprep/nccl.env", ("--tags", "nccl_env", "-e", '{"nccl_env_overrides": {"NCCL_DEBUG": '
-                                                  '"INFO"}}')
-    assert run(["podman", "exec", "ncclprep-node3", "sh", "-c", f"mv {env_file} /root/nccl.env.keep && "
-                f"mkdir {env_file}"], timeout=60).returncode == 0
-    try:
-        first = playbook("site", extra=extra, cli=True)
-        assert first.returncode == 1, first.stderr[-2000:]  # a node failed while provisioning
-        assert re.search(r"^ncclprep: provision: node3 failed at '.+?': .*nccl\.env", first.stderr, re.M)
-        for node in ("node1", "node2"):
-            conf = run(["podman", "exec", f"ncclprep-{node}", "cat", env_file], timeout=60)
-            assert "NCCL_DEBUG=INFO" in conf.stdout, node
-    finally:
-        run(["podman", "exec", "ncclprep-node3", "sh", "-c", f"rmdir {env_file} && mv /root/nccl.env.keep {env_file}"],
-            timeout=60)
-    again = playbook("site", extra=extra)
-    assert again.returncode == 0
-    counters = recap(again.stdout)
-    assert counters["node1"]["changed"] == counters["node2"]["changed"] == 0 and counters["node3"]["changed"] > 0
-    conf = run(["podman", "exec", "ncclprep-node3", "cat", env_file], timeout=60)
-    assert "NCCL_DEBUG=INFO" in conf.stdout
-    back = playbook("site", extra=("--tags", "nccl_env"))
-    assert back.returncode == 0 and all(recap(back.stdout)[n]["changed"] > 0 for n in NODES)
 
 
 def test_mtu_that_cuts_nodes_off_is_rolled_back(cluster):

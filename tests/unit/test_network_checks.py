@@ -327,3 +327,22 @@ def test_a_direction_that_passed_only_on_a_second_try_is_a_warn_with_the_evidenc
     # a hang elsewhere is still the run's HANG
     rows[3]["hang"] = "latency: no reply within 2 s"
     assert check_network(records(rows), CTX)[0]["status"] == "HANG"
+
+
+def test_a_gpu_missing_on_one_node_or_hidden_from_torch_is_named():
+    """8 GPUs per node; node2's driver lists 7 (one fell off the bus), node3's lists 8 but torch
+    sees 7 (CUDA_VISIBLE_DEVICES, a GPU in a bad state). A CPU cluster gets no check."""
+    from ansible.module_utils.ncclprep.checks.versions import check_gpus
+
+    def rec(torch, driver):
+        return {"facts": {"versions": {"gpus": torch}, "nccl_env": {"gpus": driver}}}
+
+    recs = {"node1": rec(8, 8), "node2": rec(7, 7), "node3": rec(7, 8), "node4": rec(8, 8), "node5": rec(8, 8)}
+    (c,) = check_gpus(recs)
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2", "node3"]
+    assert c["measured"] == {"node2": {"torch": 7, "driver": 7}, "node3": {"torch": 7, "driver": 8}}
+    assert c["message"] == ("GPUs differ from the majority (8 per node) on node2 (7 seen by torch, 7 listed by the "
+                            "driver), node3 (7 seen by torch, 8 listed by the driver)")
+    (ok,) = check_gpus({h: rec(8, 8) for h in HOSTS})
+    assert ok["status"] == "PASS" and ok["measured"] == 8
+    assert check_gpus({h: rec(0, 0) for h in HOSTS}) == []

@@ -45,4 +45,30 @@ def check_versions(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                     + ", ".join(f"{h} ({seen[h] or 'absent'})" for h in odd),
             remediation=f"install the same {what} on every node (the majority runs {expected})",
             passed=f"{what} {expected} on all {len(seen)} hosts", passed_measured=expected))
-    return out
+    return out + check_gpus(records)
+
+
+def check_gpus(records: dict[str, HostRecord]) -> list[Check]:
+    """versions.gpus: every node has as many GPUs as the majority, and torch sees every GPU the
+    driver lists (a GPU fallen off the bus, in a bad state, or hidden by CUDA_VISIBLE_DEVICES).
+
+    facts ``versions.gpus``: torch.cuda.device_count() in torch_runtime's venv; facts
+    ``nccl_env.gpus``: the GPUs the NVIDIA driver lists under /proc/driver/nvidia/gpus. No
+    check when no host has a GPU (a CPU cluster). FAIL measures host -> {torch, driver}.
+    """
+    torch = {h: (facts_of(r).get("versions") or {}).get("gpus") for h, r in records.items()}
+    driver = {h: (facts_of(r).get("nccl_env") or {}).get("gpus") for h, r in records.items()}
+    counts = {h: torch[h] or 0 for h in records}
+    if not any(counts.values()) and not any(driver.values()):
+        return []
+    expected = majority(counts)
+    odd = {h: {"torch": torch[h], "driver": driver[h]} for h in records
+           if counts[h] != expected or (driver[h] or 0) > counts[h]}
+    why = [f"{h} ({v['torch'] or 0} seen by torch" + (f", {v['driver']} listed by the driver)" if v["driver"]
+                                                      is not None else ")") for h, v in sorted(odd.items())]
+    return [verdict("versions.gpus", odd, expected=expected,
+                    message=f"GPUs differ from the majority ({expected} per node) on " + ", ".join(why),
+                    remediation="nvidia-smi -L and dmesg (Xid, fallen off the bus) on the named hosts; "
+                                "CUDA_VISIBLE_DEVICES unset; reseat or replace the GPU",
+                    passed=f"{expected} GPUs on each of {len(records)} hosts, all seen by torch",
+                    passed_measured=expected)]
