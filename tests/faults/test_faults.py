@@ -129,10 +129,11 @@ FAULTS = [
           {"drift.files": 'node2: /etc/hosts block "# BEGIN ncclprep host_names (managed by Ansible)" differs: '
                           "+10.77.29.99 intruder (host_names)"}),
     Fault("port-taken", "a port the job needs already taken by another process (a listener on 29400 on node1)",
-          {}, {"node1": "pkill -f ncclprep-squatter || true"},
-          {"firewall.ports_free": ["node1"]}, {"firewall.ports_free": "node1:29400 held by python"},
-          detached={"node1": "exec -a ncclprep-squatter python3 -c 'import socket, time; s = socket.socket(); "
-                             "s.bind((\"0.0.0.0\", 29400)); s.listen(); time.sleep(600)'"}),
+          {}, {"node1": "pkill -f ncclprep_squatter || true"},
+          {"firewall.ports_free": ["node1"]}, {"firewall.ports_free": "node1:29400 held by python3 (pid "},
+          detached={"node1": "python3 -c 'import socket, time; ncclprep_squatter = socket.socket(); "
+                             "ncclprep_squatter.bind((\"0.0.0.0\", 29400)); ncclprep_squatter.listen(); "
+                             "time.sleep(600)'"}),
     # node1's ed25519 key stays, so ssh from node2 still checks node1's host key (ssh.trust passes)
     Fault("known-hosts-edit", "a managed known_hosts line removed and a foreign one added on node2",
           {"node2": "cp /etc/ssh/ssh_known_hosts /root/kh.bak && sed -i '/^node1 ecdsa-sha2-nistp256 /d' "
@@ -179,7 +180,7 @@ def inject(fault: Fault) -> None:
     for node, script in fault.detached.items():
         assert run(["podman", "exec", "-d", f"ncclprep-{node}", "sh", "-c", script], timeout=60).returncode == 0
     if fault.detached:
-        time.sleep(1)
+        time.sleep(2)  # the process is up and listening before validate.yml reads the node
 
 
 def validate(reports: str, extra: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, float]:
