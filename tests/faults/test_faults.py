@@ -129,16 +129,6 @@ FAULTS = [
           {"drift.files": ["node2"]},
           {"drift.files": 'node2: /etc/hosts block "# BEGIN ncclprep host_names (managed by Ansible)" differs: '
                           "+10.77.29.99 intruder (host_names)"}),
-    # SO_REUSEADDR as a real job's store sets it: the previous run's probe connections to 29400 may
-    # still be in TIME_WAIT on node1, and a bind without it would fail
-    Fault("port-taken", "a port the job needs already taken by another process (a listener on 29400 on node1)",
-          {}, {"node1": "pkill -f ncclprep_squatter || true"},
-          {"firewall.ports_free": ["node1"]}, {"firewall.ports_free": "node1:29400 held by python3 (pid "},
-          detached={"node1": "python3 -c 'import socket, time; ncclprep_squatter = socket.socket(); "
-                             "ncclprep_squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-                             "ncclprep_squatter.bind((\"0.0.0.0\", 29400)); ncclprep_squatter.listen(); "
-                             "time.sleep(600)'"},
-          ready={"node1": "ss -Hltn 'sport = :29400' | grep -q LISTEN"}),
     # node1's ed25519 key stays, so ssh from node2 still checks node1's host key (ssh.trust passes)
     Fault("known-hosts-edit", "a managed known_hosts line removed and a foreign one added on node2",
           {"node2": "cp /etc/ssh/ssh_known_hosts /root/kh.bak && sed -i '/^node1 ecdsa-sha2-nistp256 /d' "
