@@ -129,6 +129,11 @@ FAULTS = [
           {"drift.files": ["node2"]},
           {"drift.files": 'node2: /etc/hosts block "# BEGIN ncclprep host_names (managed by Ansible)" differs: '
                           "+10.77.29.99 intruder (host_names)"}),
+    Fault("torch-skew", "another torch on one node (node2's torch reports 2.12.1)",
+          {"node2": f"cp {TORCH_VERSION_PY} /root/version.py.bak && "
+                    f"sed -i \"s/^__version__ = .*/__version__ = '2.12.1+cpu'/\" {TORCH_VERSION_PY}"},
+          {"node2": f"cp /root/version.py.bak {TORCH_VERSION_PY}"},
+          {"versions.torch": ["node2"]}, {"versions.torch": "2.12.1"}),
     # node1's ed25519 key stays, so ssh from node2 still checks node1's host key (ssh.trust passes)
     Fault("known-hosts-edit", "a managed known_hosts line removed and a foreign one added on node2",
           {"node2": "cp /etc/ssh/ssh_known_hosts /root/kh.bak && sed -i '/^node1 ecdsa-sha2-nistp256 /d' "
@@ -136,11 +141,6 @@ FAULTS = [
                     "UOoqKLsabgH5C9okWi0dh2l9GKJl' >> /etc/ssh/ssh_known_hosts"},
           {"node2": "cp /root/kh.bak /etc/ssh/ssh_known_hosts"},
           {"drift.files": ["node2"]}, {"drift.files": "node2: /etc/ssh/ssh_known_hosts lacks 1 of"}),
-    Fault("torch-skew", "another torch on one node (node2's torch reports 2.12.1)",
-          {"node2": f"cp {TORCH_VERSION_PY} /root/version.py.bak && "
-                    f"sed -i \"s/^__version__ = .*/__version__ = '2.12.1+cpu'/\" {TORCH_VERSION_PY}"},
-          {"node2": f"cp /root/version.py.bak {TORCH_VERSION_PY}"},
-          {"versions.torch": ["node2"]}, {"versions.torch": "2.12.1"}),
     Fault("ifname-missing", "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME naming an interface missing on one node "
           "(eth9 in node2's launch env file, as after a NIC rename)",
           {"node2": "cp /etc/ncclprep/nccl.env /root/nccl.env.bak && sed -i 's/^GLOO_SOCKET_IFNAME=eth0$/"
