@@ -141,6 +141,10 @@ FAULTS = [
                     "UOoqKLsabgH5C9okWi0dh2l9GKJl' >> /etc/ssh/ssh_known_hosts"},
           {"node2": "cp /root/kh.bak /etc/ssh/ssh_known_hosts"},
           {"drift.files": ["node2"]}, {"drift.files": "node2: /etc/ssh/ssh_known_hosts lacks 1 of"}),
+    Fault("name-to-loopback", "one node's own name resolving first to 127.0.1.1 there (Debian's and Ubuntu's "
+          "default /etc/hosts line, above the managed block on node2)",
+          {"node2": hosts_edit("1i 127.0.1.1 node2")}, {"node2": HOSTS_BACK},
+          {"names.resolve": ["node2"]}, {"names.resolve": "node2 resolves first to 127.0.1.1, a loopback address"}),
     Fault("ifname-missing", "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME naming an interface missing on one node "
           "(eth9 in node2's launch env file, as after a NIC rename)",
           {"node2": "cp /etc/ncclprep/nccl.env /root/nccl.env.bak && sed -i 's/^GLOO_SOCKET_IFNAME=eth0$/"
@@ -152,10 +156,6 @@ FAULTS = [
           {"nccl_env.ifname": "GLOO_SOCKET_IFNAME=eth9 does not select the data-plane interface eth0 (selects "
                               "nothing), set in /etc/ncclprep/nccl.env",
            "collective.run": "Unable to find address for: eth9", "collective.blame": "node2 bad in every pairing"}),
-    Fault("name-to-loopback", "one node's own name resolving first to 127.0.1.1 there (Debian's and Ubuntu's "
-          "default /etc/hosts line, above the managed block on node2)",
-          {"node2": hosts_edit("1i 127.0.1.1 node2")}, {"node2": HOSTS_BACK},
-          {"names.resolve": ["node2"]}, {"names.resolve": "node2 resolves first to 127.0.1.1, a loopback address"}),
     Fault("firewall-off-and-key-refused", "the firewall off on node1, and node-to-node SSH refused by node3 while "
           "Ansible's own connection still works (the cluster key gone from its authorized_keys)",
           {"node1": "ufw disable",
