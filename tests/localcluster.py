@@ -26,6 +26,9 @@ NODES = ["node1", "node2", "node3"]
 DATASET = "/srv/ncclprep-dataset"
 DATASET_MAKE = (f"mkdir -p {DATASET} && head -c 4096 /dev/zero > {DATASET}/shard-0 && "
                 f"cp {DATASET}/shard-0 {DATASET}/shard-1")
+#: Extra arguments of a validate run without the torchrun job (the fault runs leave it out
+#: unless a fault is about it; the healthy runs prove the job).
+NO_SMOKE = ("-e", "preflight_smoke_enabled=false")
 #: What the session has done to the cluster: "provisioned" (site.yml ran and passed) and
 #: "healthy" (the first healthy validate run's report folder, for the tests after it).
 STATE: dict[str, object] = {}
@@ -68,6 +71,13 @@ def playbook(name: str, report_dir: str | None = None, timeout: int = 900,
     if report_dir:
         cmd += ["-e", f"preflight_report_dir={report_dir}"]
     return run(cmd + list(extra), timeout)
+
+
+def validate(reports: str, extra: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, float]:
+    """``ncclprep validate`` writing its report under ``reports``; returns the run and its seconds."""
+    start = time.monotonic()
+    val = playbook("validate", reports, timeout=600, extra=extra, cli=True)
+    return val, time.monotonic() - start
 
 
 def recap(stdout: str) -> dict:

@@ -1,0 +1,74 @@
+"""Nodes lost during the preflight, on the local cluster the fault tier leaves (four nodes
+once test_join_and_partial_failure.py has grown it): node3 frozen mid-probe (podman pause),
+then stopped. Runs last: it leaves node3 stopped (the session fixture tears the cluster down).
+Every bad check must name node3 alone, and the run must end inside its deadline."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from localcluster import BIN, NO_SMOKE, REPO, bad_checks, env, load, record, run, validate
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.faults,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed"),
+]
+
+
+def test_node3_paused_mid_probe_is_named_within_the_deadline(provisioned, tmp_path_factory):
+    """node3 frozen (podman pause) once its network probe listens: the run ends by its deadlines
+    and every bad check names node3 alone."""
+    reports = str(tmp_path_factory.mktemp("reports"))
+    cmd = [os.path.join(BIN, "ansible-playbook"), "validate.yml", "-i", "inventory/local",
+           "-e", f"preflight_report_dir={reports}"]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    paused = False
+    try:
+        while proc.poll() is None and time.monotonic() - start < 300:
+            ss = subprocess.run(["podman", "exec", "ncclprep-node3", "ss", "-Hltn", "sport = :29521"], env=env(),
+                                capture_output=True, text=True, timeout=30)
+            if "LISTEN" in ss.stdout:
+                time.sleep(0.5)
+                paused = run(["podman", "pause", "ncclprep-node3"], timeout=60).returncode == 0
+                break
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        run(["podman", "unpause", "ncclprep-node3"], timeout=60)
+    elapsed = time.monotonic() - start
+    record("fault node3 paused mid-probe", elapsed, phase="faults")
+    sys.stdout.write(out[-3000:])
+    assert paused, "node3's probe never started listening"
+    assert proc.returncode != 0
+    bad = bad_checks(load(reports))
+    assert "host.reachable" in bad and bad["host.reachable"]["hosts"] == ["node3"]
+    assert all(c["hosts"] == ["node3"] for c in bad.values()), bad
+    assert set(bad) <= {"host.reachable", "net.run", "collective.run"}, bad
+    assert elapsed < 300
+
+
+def test_stopped_node3_is_named_without_a_hang(provisioned, tmp_path_factory):
+    """Runs last: it stops node3 (the session fixture tears the cluster down afterwards)."""
+    stop = run(["podman", "stop", "--time", "2", "ncclprep-node3"], timeout=120)
+    assert stop.returncode == 0
+    reports = str(tmp_path_factory.mktemp("reports"))
+    val, seconds = validate(reports, NO_SMOKE)
+    record("fault node3 stopped", seconds, phase="faults")
+    assert val.returncode == 1
+    data = load(reports)
+    bad = bad_checks(data)
+    assert bad["host.reachable"]["hosts"] == ["node3"]
+    # the collectives ran on the two remaining ranks: no made-up HANG
+    assert "collective.run" not in bad
+    statuses = {c["id"]: c["status"] for c in data["checks"]}
+    assert statuses["collective.all_reduce"] == "PASS"
+    assert all(c["hosts"] == ["node3"] for c in bad.values()), bad
