@@ -76,7 +76,8 @@ fi
 # The pytest tiers by marker (pyproject.toml): a failing one does not stop the next.
 phase "unit tests" python -m pytest -m "not molecule and not integration" --durations=10 || true
 if [ "$quick" -eq 0 ]; then
-  phase "molecule (every role's scenario)" python -m pytest -m molecule --durations=0 || true
+  # two scenarios at a time, each pytest-xdist worker on nodes of its own (tests/molecule/test_roles.py)
+  phase "molecule (every role's scenario, two at a time)" python -m pytest -m molecule -n 2 --durations=0 || true
   # one session, one cluster: tests/integration provisions it, tests/faults (the fault suite) follows
   phase "integration and faults (3-node local cluster)" python -m pytest -m integration --durations=0 \
     tests/integration tests/faults || true

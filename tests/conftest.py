@@ -60,6 +60,22 @@ def cluster():
         run([os.path.join(REPO, "scripts", "local_cluster.sh"), "down"], timeout=300)
 
 
+@pytest.fixture(scope="session")
+def provisioned(cluster):
+    """The fault tier's cluster: the session's local cluster provisioned by site.yml once (a
+    no-op when tests/integration already did) with a training dataset on every node. The tier's
+    files run in name order: tests/faults/test_faults.py (one fault at a time, then the healthy
+    runs in a row), test_join_and_partial_failure.py (a failure on one node while provisioning,
+    then a fourth node joining), test_node_loss.py (node3 frozen, then stopped: last). (Here and
+    not in a tests/faults/conftest.py: the unit tests import this module as ``conftest``.)"""
+    from localcluster import DATASET_MAKE, NODES, on, provision
+
+    provision()
+    for node in NODES:  # a training dataset on every node (check dataset.path)
+        assert on(node, DATASET_MAKE).returncode == 0
+    return cluster
+
+
 #: The slow tiers in the order they share the cluster: provisioning first, the faults after it.
 TIER_ORDER = ("tests/integration/", "tests/faults/")
 

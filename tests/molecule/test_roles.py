@@ -2,14 +2,17 @@
 fresh nodes, converge, a second converge that must change nothing, verify of the
 live values. Shared driver, nodes and sequence: .config/molecule/config.yml.
 
-The scenarios share one network of Molecule nodes (ncclprep-molecule-net), made
-fresh at the start of the session and removed at its end; each scenario's create
-starts its nodes as new containers from the image (tests/molecule/create.yml), so
-every check step still sees nodes nothing was applied to. Each step's duration is
-recorded (see tests/conftest.py, NCCLPREP_TIMINGS)."""
+Scenarios run two at a time (scripts/test.sh: pytest-xdist, ``-n 2``), each worker
+in a lane of its own: worker gwK runs its scenarios on lane K's network of Molecule
+nodes (lane 0: ncclprep-molecule-net, 10.77.31.0/24; lane K: ncclprep-moleculeK-net,
+10.77.(31+K).0/24; .config/molecule/config.yml), made fresh when the worker starts and
+removed at its end. Each scenario's create starts its nodes as new containers from the
+image (tests/molecule/create.yml), so every check step still sees nodes nothing was
+applied to. Each step's duration is recorded (see tests/conftest.py, NCCLPREP_TIMINGS)."""
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import os
@@ -28,12 +31,17 @@ ROLES = sorted(os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(
                for p in glob.glob(os.path.join(REPO, "roles", "*", "molecule", "default", "molecule.yml")))
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(r"\[default > (\w+)\] (Executing|Executed)")
-# What tests/molecule/create.yml and destroy.yml manage (not the integration test's cluster).
-MOLECULE_CLUSTER = json.dumps({"local_cluster_container_prefix": "ncclprep-molecule-node",
-                               "local_cluster_network": "ncclprep-molecule-net",
-                               "local_cluster_address_prefix": "10.77.31",
+#: This worker's lane: 0 outside pytest-xdist and on its worker gw0, K on gwK.
+LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+#: The lane's names (.config/molecule/config.yml): container and network prefix, first three octets.
+LANE_NAME = "ncclprep-molecule" + (str(LANE) if LANE else "")
+LANE_NET = f"10.77.{31 + LANE}"
+# What tests/molecule/create.yml and destroy.yml manage in this lane (not the integration test's cluster).
+MOLECULE_CLUSTER = json.dumps({"local_cluster_container_prefix": f"{LANE_NAME}-node",
+                               "local_cluster_network": f"{LANE_NAME}-net",
+                               "local_cluster_address_prefix": LANE_NET,
                                "local_cluster_inventory_dir": None,
-                               "local_cluster_known_hosts": "{{ __lc_dir }}/molecule_known_hosts"})
+                               "local_cluster_known_hosts": f"{{{{ __lc_dir }}}}/{LANE_NAME}_known_hosts"})
 
 # Roles that change nothing on a node, each proved elsewhere.
 NO_SCENARIO = {
@@ -53,25 +61,38 @@ def molecule_env() -> dict:
     env["ANSIBLE_FORCE_COLOR"] = "0"
     env["PY_COLORS"] = "0"
     env["NO_COLOR"] = "1"
+    env["NCCLPREP_MOLECULE_NAME"] = LANE_NAME
+    env["NCCLPREP_MOLECULE_NET"] = LANE_NET
     return env
 
 
-def remove_molecule_cluster() -> None:
-    """Remove every Molecule node and the network they share (safe to repeat)."""
+def lane_cluster(*args: str) -> None:
+    """playbooks/local_cluster.yml on this lane's Molecule nodes with ``-e ARG`` for each argument."""
     env = dict(molecule_env(), ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    extra = [a for arg in (*args, MOLECULE_CLUSTER) for a in ("-e", arg)]
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
-                           "playbooks/local_cluster.yml", "-e", "local_cluster_state=absent", "-e", MOLECULE_CLUSTER],
-                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+                           "playbooks/local_cluster.yml", *extra],
+                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-5000:]
 
 
 @pytest.fixture(scope="module")
 def molecule_network():
-    """Nothing left by an earlier run (half-dead nodes or network) reaches the scenarios:
-    the first create makes the network anew, every later one reuses it; removed at the end."""
-    remove_molecule_cluster()
+    """Nothing left by an earlier run (half-dead nodes or network) reaches this lane's scenarios:
+    a full bring-up of one node makes the lane's network anew (and, the first time on a machine,
+    the image, key and wheelhouse both lanes share), then the node goes and every create reuses
+    the rest; removed at the end. The bring-ups take turns under a lock (.cluster/molecule.lock):
+    two at once would build the one image twice into the same folder."""
+    os.makedirs(os.path.join(REPO, ".cluster"), exist_ok=True)
+    with open(os.path.join(REPO, ".cluster", "molecule.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            lane_cluster("local_cluster_state=present", "local_cluster_nodes=1")
+            lane_cluster("local_cluster_state=absent", "local_cluster_keep_network=true")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     yield
-    remove_molecule_cluster()
+    lane_cluster("local_cluster_state=absent")
 
 
 def test_every_role_that_changes_nodes_has_a_scenario():
