@@ -60,7 +60,8 @@ ansible_facts:
       description: "hostname, versions{kernel, python, driver, cuda, libnccl, torch, torch_cuda, torch_nccl,
         cudnn}, interfaces{name: {mtu, operstate, addresses}}, data_plane{interface, address, mtu, operstate} or null,
         limits{memlock (bytes, null unlimited), shm_bytes, rdma_devices}, sysctl_tuning{key: {value, writable}},
-        host_names[{host, name, expected, addresses, reachable, error}],
+        host_names[{host, name, expected, addresses, reachable, error, retried}] (retried: the first
+        connect's error when only the second, after a pause, reached the address),
         counters (the RDMA ports' and the data-plane netdev's error counters when the run starts, as
         port_counters returns them), rdma_gids{'<dev>/<port>': [{index, type, gid, netdev}]} (populated GIDs),
         dataset{path, exists, kind, readable, entries, sample, error, hung} or null (module_utils/ncclprep/dataset.py),
@@ -88,6 +89,7 @@ import json
 import os
 import platform
 import socket
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep.dataset import read_dataset
@@ -143,14 +145,40 @@ def interfaces(module: AnsibleModule) -> dict:
     return out
 
 
+#: Pause (seconds) before the one retry of a failed connect: a transient refusal or reset (a
+#: peer's sshd or firewall busy for a moment) clears; a port that is closed or filtered fails twice.
+RETRY_PAUSE_S = 0.5
+
+
+def connect(address: str, port: int, timeout: float, pause: float = RETRY_PAUSE_S) -> dict:
+    """TCP connect to ``address:port`` under ``timeout`` seconds, once more after ``pause`` when
+    the first fails. Returns ``{"reachable": bool, "error": str | None, "retried": [first error]
+    when the second try reached it, else []}``."""
+    errors = []
+    for attempt in range(2):
+        if attempt:
+            time.sleep(pause)
+        try:
+            with socket.create_connection((address, port), timeout=timeout):
+                return {"reachable": True, "error": None, "retried": errors}
+        except OSError as exc:
+            errors.append(f"{address}:{port} unreachable: {exc}")
+    return {"reachable": False, "error": errors[-1], "retried": []}
+
+
 def resolve(entries: list, port: int, timeout: float) -> list:
-    """Resolve every name of every entry and connect to the expected address, each under a deadline."""
+    """Resolve every name of every entry and connect to the expected address, each under a deadline.
+
+    A connect that fails is tried once more after RETRY_PAUSE_S: when that one reaches the address
+    the row is reachable with ``retried`` holding the first error (names.reachable then warns
+    instead of failing); a second failure keeps the second error. The whole look-up of one name
+    stays under ``timeout * 2 + 1`` s."""
     jobs = [(e.get("host"), name, e.get("address")) for e in entries for name in e.get("names", [])]
 
     def one(job):
         host, name, expected = job
         row = {"host": host, "name": name, "expected": expected, "addresses": [],
-               "reachable": None, "error": None}
+               "reachable": None, "error": None, "retried": []}
         try:
             infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
             # in the resolver's order: the first is what torch.distributed and Gloo take
@@ -159,12 +187,7 @@ def resolve(entries: list, port: int, timeout: float) -> list:
             row["error"] = f"cannot resolve: {exc}"
             return row
         target = expected if expected in row["addresses"] else row["addresses"][0]
-        try:
-            with socket.create_connection((target, port), timeout=timeout):
-                row["reachable"] = True
-        except OSError as exc:
-            row["reachable"] = False
-            row["error"] = f"{target}:{port} unreachable: {exc}"
+        row.update(connect(target, port, timeout / 2))
         return row
 
     if not jobs:
@@ -178,7 +201,8 @@ def resolve(entries: list, port: int, timeout: float) -> list:
             rows.append(fut.result())
         else:
             rows.append({"host": job[0], "name": job[1], "expected": job[2], "addresses": [],
-                         "reachable": None, "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s"})
+                         "reachable": None, "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s",
+                         "retried": []})
     pool.shutdown(wait=False)
     return rows
 

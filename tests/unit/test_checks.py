@@ -693,3 +693,19 @@ def test_report_order_and_ids_are_the_registry_order():
                    "versions.torch", "links.rdma", "links.counters", "tools.findings", "dataset.path", "drift.files",
                    "nccl_env.ifname", "net.run", "collective.reduce_scatter",
                    "collective.all_reduce", "collective.transport", "torchrun.smoke"]
+
+
+def test_address_that_answered_only_on_the_retry_is_a_warning_with_the_first_error():
+    rec = healthy()
+    row = rec["node1"]["facts"]["host_names"][2]
+    row["retried"] = ["10.0.0.3:22 unreachable: [Errno 111] Connection refused"]
+    c = by_id(evaluate(rec, HOSTS))["names.reachable"]
+    assert c["status"] == "WARN" and c["hosts"] == ["node1 -> node3"]
+    assert c["measured"] == {"node1 -> node3": [
+        f"{row['name']}: ok on try 2 after 10.0.0.3:22 unreachable: [Errno 111] Connection refused"]}
+    assert "answered only on a second try" in c["message"]
+    # a failure elsewhere outranks it: FAIL naming the failed target only
+    other = rec["node2"]["facts"]["host_names"][0]
+    other.update(reachable=False, error="10.0.0.1:22 unreachable: timed out")
+    c = by_id(evaluate(rec, HOSTS))["names.reachable"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node1"]

@@ -1,0 +1,68 @@
+"""node_facts' connect (names.reachable's probe): a refused connect is tried once more after a
+pause; what answers only then is reported with the first try's error. Against real sockets on
+loopback."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import threading
+
+from conftest import REPO
+
+_spec = importlib.util.spec_from_file_location("node_facts", os.path.join(REPO, "library", "node_facts.py"))
+node_facts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(node_facts)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_listening_port_answers_on_the_first_try():
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        out = node_facts.connect("127.0.0.1", srv.getsockname()[1], timeout=2)
+    assert out == {"reachable": True, "error": None, "retried": []}
+
+
+def test_a_port_that_opens_during_the_pause_is_reachable_with_the_first_error():
+    port = free_port()
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen():
+        srv.bind(("127.0.0.1", port))
+        srv.listen()
+
+    # nothing listens at the first try; the listener comes up 0.2 s into the 1 s pause
+    timer = threading.Timer(0.2, listen)
+    timer.start()
+    try:
+        out = node_facts.connect("127.0.0.1", port, timeout=2, pause=1.0)
+    finally:
+        timer.join()
+        srv.close()
+    assert out["reachable"] is True and out["error"] is None
+    assert len(out["retried"]) == 1 and out["retried"][0].startswith(f"127.0.0.1:{port} unreachable: ")
+    assert "refused" in out["retried"][0]
+
+
+def test_a_closed_port_fails_twice_and_keeps_the_second_error():
+    port = free_port()
+    out = node_facts.connect("127.0.0.1", port, timeout=2, pause=0.01)
+    assert out["reachable"] is False and out["retried"] == []
+    assert out["error"].startswith(f"127.0.0.1:{port} unreachable: ") and "refused" in out["error"]
+
+
+def test_resolve_rows_carry_retried():
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        rows = node_facts.resolve([{"host": "me", "names": ["localhost"], "address": "127.0.0.1"}],
+                                  srv.getsockname()[1], timeout=2)
+    assert [(r["name"], r["reachable"], r["retried"]) for r in rows] == [("localhost", True, [])]
