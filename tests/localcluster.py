@@ -80,6 +80,18 @@ def validate(reports: str, extra: tuple[str, ...]) -> tuple[subprocess.Completed
     return val, time.monotonic() - start
 
 
+def close_control_connections() -> None:
+    """Close Ansible's persistent SSH connections to the nodes (ansible.cfg: ControlPersist; the
+    masters under ~/.ansible/cp), so that the next playbook opens new ones. On the local cluster
+    Ansible's connection crosses the data-plane bridge: one opened before a node's MTU went down
+    keeps its larger MSS, and its segments are dropped by the node's veth without an ICMP
+    (a black hole): the next run's module transfers to that node stall for tens of seconds."""
+    folder = os.path.expanduser("~/.ansible/cp")
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        subprocess.run(["ssh", "-o", f"ControlPath={os.path.join(folder, name)}", "-O", "exit", "node"],
+                       capture_output=True, timeout=30)
+
+
 def recap(stdout: str) -> dict:
     """PLAY RECAP counters per host: {host: {"ok": n, "changed": n, ...}}."""
     out = {}

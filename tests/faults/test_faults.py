@@ -34,6 +34,7 @@ from localcluster import (
     NO_SMOKE,
     REPO,
     bad_checks,
+    close_control_connections,
     load,
     on,
     record,
@@ -67,9 +68,9 @@ class Fault:
     detail: dict[str, str] = field(default_factory=dict)
     extra: tuple[str, ...] = NO_SMOKE
     detached: dict[str, str] = field(default_factory=dict)  # node -> a process left running (podman exec -d)
-    # other outcomes that are as right as ``bad`` (check id -> hosts, exactly), each with its reason
-    also: tuple[dict[str, list[str]], ...] = ()
     ready: dict[str, str] = field(default_factory=dict)  # node -> sh that succeeds once the fault is in place
+    # Ansible opens new connections to the nodes after the fault is in (see close_control_connections)
+    reconnect: bool = False
 
 
 def hosts_edit(sed: str) -> str:
@@ -86,9 +87,12 @@ FAULTS = [
     Fault("mtu-one-node", "the data-plane MTU changed on one node only (1500 on node2, 4096 elsewhere)",
           {"node2": "ip link set eth0 mtu 1500"}, {"node2": "ip link set eth0 mtu 4096"},
           {"data_plane.mtu": ["node2"], "net.path_mtu": ["node2"]},
-          {"data_plane.mtu": "node2=1500; expected 4096"},
-          # in 2 of 4 runs node2 did not reach the probe's store on node1 at all: a HANG naming it
-          also=({"data_plane.mtu": ["node2"], "net.run": ["node2"]},)),
+          {"data_plane.mtu": "node2=1500; expected 4096", "net.path_mtu": "node2 -> node1 largest 1500 B"},
+          # A persistent Ansible connection to node2 from before the change black-holes (the local
+          # cluster's control traffic crosses the data-plane bridge, where a management network
+          # would not): its module transfers stalled for 40 s, node2's probe started after the
+          # others had given up on it, and the run ended as net.run HANG [node2] in 164 s.
+          reconnect=True),
     Fault("port-dropped", "the rendezvous port dropped by one node's firewall (ufw deny 29500 on node2)",
           {"node2": "ufw insert 1 deny 29500/tcp"}, {"node2": "ufw delete deny 29500/tcp"},
           {"net.ports": ["node2"]}, {"net.ports": "node2:29500 filtered from node1, filtered from node3"}),
@@ -179,6 +183,8 @@ def inject(fault: Fault) -> None:
         assert on(node, script).returncode == 0, f"{fault.id}: could not inject on {node}"
     for node, script in fault.detached.items():
         assert run(["podman", "exec", "-d", f"ncclprep-{node}", "sh", "-c", script], timeout=60).returncode == 0
+    if fault.reconnect:
+        close_control_connections()
     for node, script in fault.ready.items():  # e.g. the detached process listens before validate.yml reads
         deadline = time.monotonic() + 15
         while on(node, script).returncode != 0:
@@ -196,7 +202,7 @@ def test_fault_turns_exactly_its_checks_bad(provisioned, tmp_path_factory, fault
         assert val.returncode == 1, val.stdout[-2000:]  # ncclprep: a check failed
         bad = bad_checks(load(reports))
         SEEN[fault.id] = {"seconds": round(seconds, 1), "bad": {c: b["hosts"] for c, b in bad.items()}}
-        assert {c: b["hosts"] for c, b in bad.items()} in (fault.bad, *fault.also), {
+        assert {c: b["hosts"] for c, b in bad.items()} == fault.bad, {
             c: (b["hosts"], b["message"]) for c, b in bad.items()}
         for cid, text in fault.detail.items():
             assert text in bad[cid]["message"], (cid, bad[cid]["message"])
