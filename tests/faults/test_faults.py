@@ -236,8 +236,7 @@ def test_a_throttled_link_is_slow_and_its_collectives_are_blamed_on_the_node(pro
     names node2 (its median beside the others'), the collectives fail, the blame's ring-neighbour
     pairs find node2 slow in both of its pairings and name it, and nothing else is bad. (One run
     for both: without the floor the same run gives net.bandwidth [node2] alone.)"""
-    throttle = THROTTLE
-    inject(throttle)
+    inject(THROTTLE)
     try:
         reports = str(tmp_path_factory.mktemp("reports"))
         val, seconds = validate(reports, ("-e", "preflight_min_busbw_gbps=0.1", *NO_SMOKE))
@@ -248,10 +247,10 @@ def test_a_throttled_link_is_slow_and_its_collectives_are_blamed_on_the_node(pro
         assert "node2 bad in every pairing" in bad["collective.blame"]["message"]
         assert bad["collective.blame"]["measured"]["rounds"] == 3
         assert bad["net.bandwidth"]["hosts"] == ["node2"]
-        assert throttle.detail["net.bandwidth"] in bad["net.bandwidth"]["message"], bad["net.bandwidth"]
+        assert THROTTLE.detail["net.bandwidth"] in bad["net.bandwidth"]["message"], bad["net.bandwidth"]
         assert {c for c in bad if not c.startswith("collective.")} == {"net.bandwidth"}, bad
     finally:
-        for node, script in throttle.undo.items():
+        for node, script in THROTTLE.undo.items():
             on(node, script)
 
 
