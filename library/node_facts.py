@@ -13,6 +13,8 @@ description:
     interface, tracked sysctl values and host name resolution of every cluster name.
   - Never changes anything; runs in check mode too and always returns C(changed=false).
   - Every step that may block (name look-ups, TCP connects, the torch import) has a deadline.
+  - torch is imported only where the NVIDIA driver is loaded; elsewhere its version and CUDA build
+    are read from torch/version.py (no GPU, NCCL or cuDNN to ask torch about).
 options:
   cidr: {type: str, required: true, description: CIDR of the data-plane network.}
   interface: {type: str, description: Data-plane interface name; null finds it from O(cidr).}
@@ -112,6 +114,26 @@ _TORCH_PROBE = (
     "                  'cudnn': str(cudnn) if cudnn else None,\n"
     "                  'gpus': torch.cuda.device_count() if torch.cuda.is_available() else 0}))\n"
 )
+# On a node without the NVIDIA driver torch can see no GPU, NCCL or cuDNN: its version and
+# CUDA build are read from torch/version.py (the assignments torch.__version__ and
+# torch.version.cuda come from) without importing torch, which costs seconds of CPU on every
+# node. The collectives import torch in the same run, so a torch that cannot load still fails.
+_TORCH_VERSION_FILE = (
+    "import ast, importlib.util, json, os\n"
+    "spec = importlib.util.find_spec('torch')\n"
+    "if spec is None or not spec.submodule_search_locations:\n"
+    "    raise SystemExit(\"ModuleNotFoundError: No module named 'torch'\")\n"
+    "path = os.path.join(list(spec.submodule_search_locations)[0], 'version.py')\n"
+    "v = {}\n"
+    "for node in ast.parse(open(path, encoding='utf-8').read()).body:\n"
+    "    target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, 'target', None)\n"
+    "    if isinstance(target, ast.Name) and isinstance(getattr(node, 'value', None), ast.Constant):\n"
+    "        v[target.id] = node.value.value\n"
+    "if not isinstance(v.get('__version__'), str):\n"
+    "    raise SystemExit(f'no __version__ in {path}')\n"
+    "print(json.dumps({'torch': v['__version__'], 'torch_cuda': v.get('cuda'), 'torch_nccl': None,\n"
+    "                  'cudnn': None, 'gpus': 0}))\n"
+)
 
 
 def _read(path: str) -> str | None:
@@ -207,12 +229,19 @@ def resolve(entries: list, port: int, timeout: float) -> list:
     return rows
 
 
-def torch_versions(module: AnsibleModule, python: str, timeout: float) -> dict:
-    """torch, CUDA and NCCL versions from the venv's python (None values when absent)."""
+def torch_versions(module: AnsibleModule, python: str, timeout: float, gpu_driver: bool = True) -> dict:
+    """torch, CUDA and NCCL versions from the venv's python (None values when absent).
+
+    ``gpu_driver``: whether the NVIDIA driver is loaded here; without it torch is not imported
+    and only ``torch`` and ``torch_cuda`` are read, from torch/version.py (``gpus`` 0, ``torch_nccl``
+    and ``cudnn`` None). ``timeout``: seconds the python may run. A python that fails gives the
+    last line of its stderr in ``torch_error``.
+    """
     empty = {"torch": None, "torch_cuda": None, "torch_nccl": None, "cudnn": None, "gpus": 0, "torch_error": None}
     if not python or not os.path.exists(python):
         return dict(empty, torch_error=f"{python} does not exist")
-    rc, stdout, stderr = module.run_command(["timeout", str(int(timeout)), python, "-c", _TORCH_PROBE])
+    script = _TORCH_PROBE if gpu_driver else _TORCH_VERSION_FILE
+    rc, stdout, stderr = module.run_command(["timeout", str(int(timeout)), python, "-c", script])
     if rc != 0:
         return dict(empty, torch_error=(stderr.strip().splitlines() or [f"exit {rc}"])[-1])
     try:
@@ -302,10 +331,12 @@ def main() -> None:
     sysctl = {key: {"value": value,
                     "writable": value is not None and os.access(proc_path(key), os.W_OK)}
               for key, value in live.items()}
+    system = system_versions()
     facts = {
         "hostname": me,
-        "versions": dict(kernel=platform.release(), python=platform.python_version(), **system_versions(),
-                         **torch_versions(module, p["torch_python"], max(p["timeout"], 60))),
+        "versions": dict(kernel=platform.release(), python=platform.python_version(), **system,
+                         **torch_versions(module, p["torch_python"], max(p["timeout"], 60),
+                                          gpu_driver=system["driver"] is not None)),
         "interfaces": ifaces,
         "limits": limits(),
         "data_plane": data_plane,

@@ -74,7 +74,8 @@ if [ $# -gt 0 ]; then
   exit 0
 fi
 # The pytest tiers by marker (pyproject.toml): a failing one does not stop the next.
-phase "unit tests" python -m pytest -m "not molecule and not integration" --durations=10 || true
+# two pytest-xdist workers: the unit tests are CPU-bound and independent (101.7 s against 162 s)
+phase "unit tests (two at a time)" python -m pytest -m "not molecule and not integration" -n 2 --durations=10 || true
 if [ "$quick" -eq 0 ]; then
   # two scenarios at a time, each pytest-xdist worker on nodes of its own (tests/molecule/test_roles.py)
   phase "molecule (every role's scenario, two at a time)" python -m pytest -m molecule -n 2 --durations=0 || true

@@ -65,7 +65,7 @@ class Fault:
     inject: dict[str, str]
     undo: dict[str, str]
     bad: dict[str, list[str]]
-    detail: dict[str, str] = field(default_factory=dict)
+    detail: dict[str, str | tuple[str, ...]] = field(default_factory=dict)  # texts the message must hold
     extra: tuple[str, ...] = NO_SMOKE
     detached: dict[str, str] = field(default_factory=dict)  # node -> a process left running (podman exec -d)
     ready: dict[str, str] = field(default_factory=dict)  # node -> sh that succeeds once the fault is in place
@@ -96,10 +96,24 @@ FAULTS = [
     Fault("port-dropped", "the rendezvous port dropped by one node's firewall (ufw deny 29500 on node2)",
           {"node2": "ufw insert 1 deny 29500/tcp"}, {"node2": "ufw delete deny 29500/tcp"},
           {"net.ports": ["node2"]}, {"net.ports": "node2:29500 filtered from node1, filtered from node3"}),
-    Fault("hand-edit", "a hand edit of a managed file (NCCL_DEBUG=TRACE appended to node2's /etc/nccl.conf)",
-          {"node2": "echo NCCL_DEBUG=TRACE >> /etc/nccl.conf"},
-          {"node2": "sed -i '/^NCCL_DEBUG=TRACE$/d' /etc/nccl.conf"},
-          {"drift.files": ["node2"]}, {"drift.files": "node2: /etc/nccl.conf differs: +NCCL_DEBUG=TRACE (nccl_env)"}),
+    # Three hand edits of managed files in one run, each a line of drift.files' message: one file
+    # whole (nccl_env's), one managed block (host_names'), one set of managed lines (ssh_trust's;
+    # node1's ed25519 key stays, so ssh from node2 still checks node1's host key: ssh.trust passes)
+    Fault("hand-edits", "hand edits of managed files on one node (node2: NCCL_DEBUG=TRACE appended to "
+          "/etc/nccl.conf, an intruder line in the /etc/hosts block, a known_hosts line removed and a foreign "
+          "one added)",
+          {"node2": "echo NCCL_DEBUG=TRACE >> /etc/nccl.conf && "
+                    + hosts_edit("/^# BEGIN ncclprep host_names/a 10.77.29.99 intruder") + " && "
+                    "cp /etc/ssh/ssh_known_hosts /root/kh.bak && sed -i '/^node1 ecdsa-sha2-nistp256 /d' "
+                    "/etc/ssh/ssh_known_hosts && echo 'github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6"
+                    "UOoqKLsabgH5C9okWi0dh2l9GKJl' >> /etc/ssh/ssh_known_hosts"},
+          {"node2": f"sed -i '/^NCCL_DEBUG=TRACE$/d' /etc/nccl.conf; {HOSTS_BACK}; "
+                    "cp /root/kh.bak /etc/ssh/ssh_known_hosts"},
+          {"drift.files": ["node2"]},
+          {"drift.files": ("node2: /etc/nccl.conf differs: +NCCL_DEBUG=TRACE (nccl_env)",
+                           'node2: /etc/hosts block "# BEGIN ncclprep host_names (managed by Ansible)" differs: '
+                           "+10.77.29.99 intruder (host_names)",
+                           "node2: /etc/ssh/ssh_known_hosts lacks 1 of")}),
     Fault("port-rejected", "the rendezvous port rejected by one node's firewall (ufw reject 29500 on node2)",
           {"node2": "ufw insert 1 reject 29500/tcp"}, {"node2": "ufw delete reject 29500/tcp"},
           {"net.ports": ["node2"]}, {"net.ports": "node2:29500 refused from node1, refused from node3"}),
@@ -119,23 +133,11 @@ FAULTS = [
            "drift.files": ["node1", "node3"]},
           {"names.resolve": "node2 cannot resolve", "ssh.trust": "node2: unresolved",
            "drift.files": f"-{ADDR['node2']} node2 (host_names)"}),
-    Fault("hosts-block-edit", "a hand edit of the managed /etc/hosts block (an intruder line on node2)",
-          {"node2": hosts_edit("/^# BEGIN ncclprep host_names/a 10.77.29.99 intruder")}, {"node2": HOSTS_BACK},
-          {"drift.files": ["node2"]},
-          {"drift.files": 'node2: /etc/hosts block "# BEGIN ncclprep host_names (managed by Ansible)" differs: '
-                          "+10.77.29.99 intruder (host_names)"}),
     Fault("torch-skew", "another torch on one node (node2's torch reports 2.12.1)",
           {"node2": f"cp {TORCH_VERSION_PY} /root/version.py.bak && "
                     f"sed -i \"s/^__version__ = .*/__version__ = '2.12.1+cpu'/\" {TORCH_VERSION_PY}"},
           {"node2": f"cp /root/version.py.bak {TORCH_VERSION_PY}"},
           {"versions.torch": ["node2"]}, {"versions.torch": "2.12.1"}),
-    # node1's ed25519 key stays, so ssh from node2 still checks node1's host key (ssh.trust passes)
-    Fault("known-hosts-edit", "a managed known_hosts line removed and a foreign one added on node2",
-          {"node2": "cp /etc/ssh/ssh_known_hosts /root/kh.bak && sed -i '/^node1 ecdsa-sha2-nistp256 /d' "
-                    "/etc/ssh/ssh_known_hosts && echo 'github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6"
-                    "UOoqKLsabgH5C9okWi0dh2l9GKJl' >> /etc/ssh/ssh_known_hosts"},
-          {"node2": "cp /root/kh.bak /etc/ssh/ssh_known_hosts"},
-          {"drift.files": ["node2"]}, {"drift.files": "node2: /etc/ssh/ssh_known_hosts lacks 1 of"}),
     Fault("name-to-loopback", "one node's own name resolving first to 127.0.1.1 there (Debian's and Ubuntu's "
           "default /etc/hosts line, above the managed block on node2)",
           {"node2": hosts_edit("1i 127.0.1.1 node2")}, {"node2": HOSTS_BACK},
@@ -200,8 +202,9 @@ def test_fault_turns_exactly_its_checks_bad(provisioned, tmp_path_factory, fault
         SEEN[fault.id] = {"seconds": round(seconds, 1), "bad": {c: b["hosts"] for c, b in bad.items()}}
         assert {c: b["hosts"] for c, b in bad.items()} == fault.bad, {
             c: (b["hosts"], b["message"]) for c, b in bad.items()}
-        for cid, text in fault.detail.items():
-            assert text in bad[cid]["message"], (cid, bad[cid]["message"])
+        for cid, texts in fault.detail.items():
+            for text in (texts,) if isinstance(texts, str) else texts:
+                assert text in bad[cid]["message"], (cid, text, bad[cid]["message"])
         for cid, check in bad.items():
             assert f"| {check['status']} | {cid} | {', '.join(check['hosts'])} |" in val.stdout
     finally:
