@@ -709,3 +709,17 @@ def test_address_that_answered_only_on_the_retry_is_a_warning_with_the_first_err
     other.update(reachable=False, error="10.0.0.1:22 unreachable: timed out")
     c = by_id(evaluate(rec, HOSTS))["names.reachable"]
     assert c["status"] == "FAIL" and c["hosts"] == ["node1"]
+
+
+def test_retried_warning_names_the_links_sorted_with_their_evidence_and_cuts_the_list():
+    from ansible.module_utils.ncclprep.checks.model import retried_warning, retry_evidence
+
+    retried = {"node3 -> node1": [retry_evidence("node1", ["refused"])],
+               "node1 -> node2": [retry_evidence("10.0.0.2", ["timeout", "reset"])]}
+    c = retried_warning("ssh.trust", retried, summary="2 of 6 logins passed only on a retry",
+                        expected="every login passes on its first try", remediation="re-run", limit=60)
+    assert c["status"] == "WARN" and c["hosts"] == ["node1 -> node2", "node3 -> node1"]
+    assert c["measured"] == retried
+    full = ("node1 -> node2 (10.0.0.2: ok on try 3 after timeout; reset); "
+            "node3 -> node1 (node1: ok on try 2 after refused)")
+    assert c["message"] == "2 of 6 logins passed only on a retry: " + full[:60]

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, make_check, verdict
+from ansible.module_utils.ncclprep.checks.model import (
+    Check,
+    Context,
+    HostRecord,
+    facts_of,
+    make_check,
+    retried_warning,
+    retry_evidence,
+    verdict,
+)
 
 
 def is_loopback(address: str) -> bool:
@@ -54,7 +63,7 @@ def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                 reach_hosts.add(target)
             elif row.get("reachable") and row.get("retried"):
                 retried.setdefault(f"{host} -> {row.get('host') or row['name']}", []).append(
-                    f"{row['name']}: ok on try {len(row['retried']) + 1} after {'; '.join(row['retried'])}")
+                    retry_evidence(row["name"], row["retried"]))
     if rows == 0:
         return [make_check("names.resolve", "SKIP", message="no host names to check")]
 
@@ -62,11 +71,9 @@ def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
         return "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
 
     if not reach and retried:
-        reachable = make_check(
-            "names.reachable", "WARN", sorted(retried), measured=retried,
-            expected="every address answers on the first try",
-            message=f"{sum(map(len, retried.values()))} of {rows} addresses answered only on a second try: "
-                    + _message([f"{k} {', '.join(v)}" for k, v in sorted(retried.items())]),
+        reachable = retried_warning(
+            "names.reachable", retried, expected="every address answers on the first try",
+            summary=f"{sum(map(len, retried.values()))} of {rows} addresses answered only on a second try",
             remediation="a transient fault (a peer's sshd or firewall busy for a moment, a dropped packet): "
                         "re-run validate.yml; if it comes back, check the link and the named targets")
     else:

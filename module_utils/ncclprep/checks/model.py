@@ -177,6 +177,28 @@ def verdict(cid: str, problems: Mapping[str, Any] | Iterable[str], *, message: s
                       expected=expected if passed_expected is _SAME else passed_expected, message=passed)
 
 
+def retry_evidence(name: str, errors: list[str]) -> str:
+    """How one target passed only on a retry: ``"<name>: ok on try <n> after <errors>"``, with
+    ``errors`` the failed tries' errors in order (n = len(errors) + 1)."""
+    return f"{name}: ok on try {len(errors) + 1} after {'; '.join(errors)}"
+
+
+def retried_warning(cid: str, retried: Mapping[str, list[str]], *, summary: str, expected: str,
+                    remediation: str, limit: int = 400) -> Check:
+    """The house's rule for a transient fault: a try that failed once and passed on the retry is
+    a WARN with the evidence, never a FAIL (a fault that persists fails every try and is a FAIL).
+
+    ``retried``: link or direction (``"a -> b"``) -> its evidence lines (retry_evidence's);
+    ``summary``: the message's head, e.g. ``"2 of 12 logins passed only on a retry"``. The WARN
+    names the links, measures ``retried`` and lists them, sorted, after the summary as
+    ``a -> b (evidence, ...)``, cut at ``limit`` characters. Used by ssh.trust, names.reachable
+    and net.run.
+    """
+    listed = "; ".join(f"{k} ({', '.join(v)})" for k, v in sorted(retried.items()))
+    return make_check(cid, "WARN", retried, measured=dict(retried), expected=expected,
+                      message=f"{summary}: {listed[:limit]}", remediation=remediation)
+
+
 def overall(checks: list[Check]) -> str:
     """Cluster status: FAIL when any check is FAIL or HANG, else PASS (WARN and SKIP pass)."""
     return "FAIL" if any(c["status"] in BAD for c in checks) else "PASS"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 
 from ansible.module_utils.ncclprep.blame import classify, slow_bandwidth, slowest_per_direction
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
+from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, retried_warning, verdict
 
 REMEDY = {
     "net.latency": "look for a congested or mis-routed path (tc qdisc, switch counters, a route via another NIC)",
@@ -129,12 +129,11 @@ def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
                           remediation="read the error; torch must import in torch_runtime's venv (run site.yml)")
     retried = {f"{r['src']} -> {r['dst']}": r["retried"] for r in rows if r.get("retried")}
     if retried:
-        return make_check("net.run", "WARN", retried, measured=retried, expected="every test passes on its first try",
-                          message=f"{len(retried)} of {len(tested)} directions passed only on a second try: "
-                                  + "; ".join(f"{k} ({', '.join(v)})" for k, v in sorted(retried.items()))[:400],
-                          remediation="a transient fault (a flapping link, a port that a rule or a process let go "
-                                      "of mid-run): re-run validate.yml; if it comes back, check that link's NIC "
-                                      "and switch port")
+        return retried_warning(
+            "net.run", retried, expected="every test passes on its first try",
+            summary=f"{len(retried)} of {len(tested)} directions passed only on a second try",
+            remediation="a transient fault (a flapping link, a port that a rule or a process let go of mid-run): "
+                        "re-run validate.yml; if it comes back, check that link's NIC and switch port")
     return make_check("net.run", "PASS", measured={"nodes": len(nets), "directions": len(tested)}, expected=expected,
                       message=f"{len(nets)} nodes measured {len(tested)} directions")
 

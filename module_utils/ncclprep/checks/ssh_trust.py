@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
+from ansible.module_utils.ncclprep.checks.model import (
+    Check,
+    Context,
+    HostRecord,
+    retried_warning,
+    retry_evidence,
+    verdict,
+)
 
 
 def check_ssh(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
@@ -34,15 +41,13 @@ def check_ssh(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                     f"{res.get('name')}: {res.get('cause')} ({res.get('explanation')})")
             elif res.get("retried"):
                 retried.setdefault(f"{src} -> {res.get('host')}", []).append(
-                    f"{res.get('name')}: ok on try {len(res['retried']) + 1} after {'; '.join(res['retried'])}")
+                    retry_evidence(res.get("name"), res["retried"]))
     if not bad and retried:
-        return [make_check("ssh.trust", "WARN", retried, measured=retried, expected="every login passes on its "
-                           "first try", message=f"{sum(map(len, retried.values()))} of {logins} node-to-node SSH "
-                           "logins passed only on a retry: " + "; ".join(f"{k} {', '.join(v)}" for k, v in
-                                                                       sorted(retried.items()))[:400],
-                           remediation="a transient fault (sshd's MaxStartups under a burst, a dropped packet): "
-                                       "re-run validate.yml; if it comes back, check sshd and the link on the "
-                                       "named targets")]
+        return [retried_warning(
+            "ssh.trust", retried, expected="every login passes on its first try",
+            summary=f"{sum(map(len, retried.values()))} of {logins} node-to-node SSH logins passed only on a retry",
+            remediation="a transient fault (sshd's MaxStartups under a burst, a dropped packet): re-run "
+                        "validate.yml; if it comes back, check sshd and the link on the named targets")]
     return [verdict("ssh.trust", bad, expected="login with host key checked, no prompt",
                     message=f"{failed} of {logins} node-to-node SSH logins failed: "
                             + "; ".join(f"{k} {', '.join(v)}" for k, v in sorted(bad.items())),
