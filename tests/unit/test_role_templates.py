@@ -91,3 +91,43 @@ def test_numa_bind_wrapper_runs_each_local_rank_on_its_cpus(tmp_path, rank):
         assert allowed != ""  # ran, unbound
     else:
         assert allowed == str(cpus[0] if rank == "0" else cpus[-1])
+
+
+def launcher(tmp_path, env_lines: str):
+    """The ncclprep-torchrun launcher rendered for a 3-node cluster, with its env file, a torchrun
+    that prints its arguments and no NUMA wrapper installed."""
+    env_file = tmp_path / "nccl.env"
+    env_file.write_text(env_lines)
+    torchrun = tmp_path / "torchrun"
+    torchrun.write_text('#!/bin/sh\necho "ran: $* NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"\n')
+    torchrun.chmod(0o755)
+    script = tmp_path / "ncclprep-torchrun"
+    script.write_text(render("nccl_env", "ncclprep-torchrun.j2", tmp_path, nccl_env_file=str(env_file),
+                             nccl_env_numa_bind=str(tmp_path / "absent"), nccl_env_python="/usr/bin/python3",
+                             nccl_env_torchrun=str(torchrun), nccl_env_nnodes=3, nccl_env_nproc=2,
+                             nccl_env_rendezvous="10.0.0.11:29400"))
+    script.chmod(0o755)
+    return script, torchrun
+
+
+def test_the_launcher_dry_run_prints_the_environment_and_the_exact_command_and_starts_nothing(tmp_path):
+    script, torchrun = launcher(tmp_path, "# Ansible managed\nNCCL_SOCKET_IFNAME==eth0\nGLOO_SOCKET_IFNAME=eth0\n"
+                                          "NCCL_DEBUG=WARN\n")
+    env = {**os.environ, "NCCLPREP_RDZV_ID": "job 42"}
+    dry = subprocess.run([str(script), "--dry-run", "train.py", "--lr", "0.1"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert lines[0].startswith("# ncclprep-torchrun --dry-run on ") and str(tmp_path / "nccl.env") in lines[0]
+    assert lines[1:4] == ["GLOO_SOCKET_IFNAME=eth0", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME==eth0"]
+    assert lines[4] == "# the command"
+    assert lines[5].split() == [str(torchrun), "--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                                "--rdzv-endpoint=10.0.0.11:29400", "--rdzv-id=job\\", "42", "--max-restarts=0",
+                                "train.py", "--lr", "0.1"]
+    assert "ran:" not in dry.stdout and len(lines) == 6  # the fake torchrun never ran
+    # without --dry-run the same command runs, with the env file's variables exported
+    real = subprocess.run([str(script), "train.py"], env=env, capture_output=True, text=True, timeout=60)
+    assert real.returncode == 0, real.stderr
+    assert real.stdout.strip() == ("ran: --nnodes=3 --nproc-per-node=2 --rdzv-backend=c10d "
+                                   "--rdzv-endpoint=10.0.0.11:29400 --rdzv-id=job 42 --max-restarts=0 train.py "
+                                   "NCCL_SOCKET_IFNAME==eth0")
