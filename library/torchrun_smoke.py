@@ -7,22 +7,31 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: torchrun_smoke
-short_description: Run a real multi-node torchrun DDP job of a few steps through the rendered launcher
+short_description: Run the template training job on every node at once through the rendered launcher
 description:
   - "Every host of the play runs this module at the same moment (launch it with C(async)).
     It starts O(launcher) (nccl_env's ncclprep-torchrun: c10d rendezvous, the launch env
-    file) with a small DDP training script, and reads each worker's result line."
+    file) with O(script), the template DDP job nccl_env installs, and reads each worker's
+    result line: parameters identical on every rank, global batch, step time, communication
+    share, all-reduce bytes per optimizer step."
   - The job runs in its own process group and is killed at O(timeout); a job that does not
     finish is reported as C(HANG) with the last lines it printed (e.g. the rendezvous
     warnings of an unresolvable MASTER_ADDR).
   - Changes nothing on the node except a temporary folder removed afterwards.
 options:
   launcher: {type: path, default: /usr/local/bin/ncclprep-torchrun, description: The torchrun launcher.}
+  script: {type: path, default: /usr/local/share/ncclprep/ncclprep_train.py, description: The template training job.}
   rdzv_id: {type: str, required: true, description: Rendezvous id, the same on every node and new per run.}
   steps: {type: int, default: 5, description: Optimizer steps.}
   accumulation: {type: int, default: 2, description: Micro-batches per step (all but the last under no_sync).}
-  bucket_mb: {type: float, default: 25, description: DDP bucket size in MB.}
+  bucket_mb: {type: float, default: 25, description: DDP bucket size in MB (bucket_cap_mb).}
   timeout: {type: int, default: 120, description: Hard deadline in seconds for the whole job.}
+  job_args:
+    type: list
+    elements: str
+    default: []
+    description: "More arguments for O(script), e.g. [--sync-every-micro-batch, --powersgd-rank, '4']
+      (bench/train_savings.py uses them)."
 author: ncclprep contributors
 """
 
@@ -44,13 +53,13 @@ smoke:
     rc: {type: int, description: Launcher exit code (null on HANG).}
     workers:
       type: list
-      description: "One result per local worker: rank, world_size, master_addr, final_loss, params_identical, seconds."
+      description: "One result per local worker (the job's NCCLPREP_RESULT line): rank, world_size, master_addr,
+        global_batch, step_s, comm_share, allreduce_bytes_per_step, final_loss, params_identical, seconds."
     error: {type: str, description: Why it failed or hung.}
     log_tail: {type: list, description: Last lines the job printed.}
     elapsed_s: {type: float, description: Seconds the job took.}
 """
 
-import inspect
 import os
 import shutil
 import signal
@@ -66,32 +75,34 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             launcher=dict(type="path", default="/usr/local/bin/ncclprep-torchrun"),
+            script=dict(type="path", default="/usr/local/share/ncclprep/ncclprep_train.py"),
             rdzv_id=dict(type="str", required=True),
             steps=dict(type="int", default=5),
             accumulation=dict(type="int", default=2),
             bucket_mb=dict(type="float", default=25),
             timeout=dict(type="int", default=120),
+            job_args=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
     p = module.params
     host = os.uname().nodename
-    if not os.access(p["launcher"], os.X_OK):
+    missing = [f"{key}={p[key]} is not {what}" for key, mode, what in
+               (("launcher", os.X_OK, "an executable file"), ("script", os.R_OK, "a readable file"))
+               if not os.access(p[key], mode)]
+    if missing:
         module.exit_json(changed=False, smoke={
             "status": "FAIL", "rc": None, "workers": [], "elapsed_s": 0, "log_tail": [], "host": host,
-            "error": f"launcher={p['launcher']} is not an executable file; run site.yml (role nccl_env)"})
+            "error": f"{' and '.join(missing)}; run site.yml (role nccl_env)"})
     if p["steps"] < 1 or p["accumulation"] < 1:
         module.fail_json(msg=f"{host}: steps={p['steps']} and accumulation={p['accumulation']} must be >= 1")
     if module.check_mode:
         module.exit_json(changed=False, smoke={"status": "SKIP", "workers": []})
 
     workdir = tempfile.mkdtemp(prefix="ncclprep-smoke-")
-    script = os.path.join(workdir, "ddp_smoke.py")
-    with open(script, "w", encoding="utf-8") as fh:
-        fh.write(inspect.getsource(ddp_smoke))
     env = dict(os.environ, NCCLPREP_RDZV_ID=p["rdzv_id"], PYTHONUNBUFFERED="1")
-    cmd = [p["launcher"], script, f"steps={p['steps']}", f"accumulation={p['accumulation']}",
-           f"bucket_mb={p['bucket_mb']}", f"timeout={max(p['timeout'] - 10, 10)}"]
+    cmd = [p["launcher"], p["script"], "--steps", str(p["steps"]), "--accumulation", str(p["accumulation"]),
+           "--bucket-cap-mb", str(p["bucket_mb"]), "--timeout", str(max(p["timeout"] - 10, 10)), *p["job_args"]]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
                             env=env, start_new_session=True, text=True)

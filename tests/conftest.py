@@ -6,6 +6,7 @@ plugins use too (see src/ncclprep/__init__.py and the README's developer section
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -14,6 +15,16 @@ import ncclprep  # noqa: F401  (extends ansible.module_utils.__path__)
 
 REPO = ncclprep.REPO_ROOT
 CASES = os.environ.get("NCCLPREP_CASES", os.path.join(os.path.dirname(REPO), "shared", "cases"))
+
+
+def load_source(name: str, relpath: str):
+    """Import the Python file at ``relpath`` (relative to the repository) as module ``name``:
+    the modules in library/, filter_plugins/, scripts/ and roles' files/ are files, not packages.
+    Raises FileNotFoundError when it is not there."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, relpath))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -93,41 +94,127 @@ def test_numa_bind_wrapper_runs_each_local_rank_on_its_cpus(tmp_path, rank):
         assert allowed == str(cpus[0] if rank == "0" else cpus[-1])
 
 
-def launcher(tmp_path, env_lines: str):
-    """The ncclprep-torchrun launcher rendered for a 3-node cluster, with its env file, a torchrun
-    that prints its arguments and no NUMA wrapper installed."""
+def launcher(tmp_path, env_lines: str, me="node2", members=None, debug_lines="NCCL_DEBUG=INFO\n"):
+    """The ncclprep-torchrun launcher rendered for ``me`` of a 3-node cluster whose rendezvous host
+    is the first member, with its env files, a torchrun that prints its arguments and no NUMA
+    wrapper installed."""
     env_file = tmp_path / "nccl.env"
     env_file.write_text(env_lines)
+    debug_file = tmp_path / "nccl-debug.env"
+    debug_file.write_text(debug_lines)
     torchrun = tmp_path / "torchrun"
     torchrun.write_text('#!/bin/sh\necho "ran: $* NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"\n')
     torchrun.chmod(0o755)
+    members = members or {"node1": {"address": "10.0.0.11"}, "node2": {"address": "10.0.0.12"},
+                          "node3": {"address": "10.0.0.13"}}
     script = tmp_path / "ncclprep-torchrun"
     script.write_text(render("nccl_env", "ncclprep-torchrun.j2", tmp_path, nccl_env_file=str(env_file),
-                             nccl_env_numa_bind=str(tmp_path / "absent"), nccl_env_python="/usr/bin/python3",
+                             nccl_env_debug_file=str(debug_file), nccl_env_train_template="/x/ncclprep_train.py",
+                             nccl_env_numa_bind=str(tmp_path / "absent"), nccl_env_python=sys.executable,
                              nccl_env_torchrun=str(torchrun), nccl_env_nnodes=3, nccl_env_nproc=2,
-                             nccl_env_rendezvous="10.0.0.11:29400"))
+                             nccl_env_rendezvous_name=next(iter(members)), nccl_env_rendezvous_port=29400,
+                             nccl_env_rendezvous_port_span=99, data_plane_members=members, inventory_hostname=me))
     script.chmod(0o755)
     return script, torchrun
+
+
+def derived_port(rdzv_id: str) -> int:
+    """What the launcher's comment promises: 29400 + 1 + (POSIX cksum of the id mod 99)."""
+    crc = subprocess.run(["cksum"], input=rdzv_id, capture_output=True, text=True, check=True).stdout.split()[0]
+    return 29400 + 1 + int(crc) % 99
 
 
 def test_the_launcher_dry_run_prints_the_environment_and_the_exact_command_and_starts_nothing(tmp_path):
     script, torchrun = launcher(tmp_path, "# Ansible managed\nNCCL_SOCKET_IFNAME==eth0\nGLOO_SOCKET_IFNAME=eth0\n"
                                           "NCCL_DEBUG=WARN\n")
     env = {**os.environ, "NCCLPREP_RDZV_ID": "job 42"}
+    port = derived_port("job 42")
+    assert 29401 <= port <= 29499
     dry = subprocess.run([str(script), "--dry-run", "train.py", "--lr", "0.1"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
-    assert lines[0].startswith("# ncclprep-torchrun --dry-run on ") and str(tmp_path / "nccl.env") in lines[0]
+    assert lines[0] == f"# ncclprep-torchrun --dry-run on node2: the environment from {tmp_path / 'nccl.env'}"
     assert lines[1:4] == ["GLOO_SOCKET_IFNAME=eth0", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME==eth0"]
     assert lines[4] == "# the command"
     assert lines[5].split() == [str(torchrun), "--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
-                                "--rdzv-endpoint=10.0.0.11:29400", "--rdzv-id=job\\", "42", "--max-restarts=0",
+                                f"--rdzv-endpoint=node1:{port}", "--rdzv-id=job\\", "42", "--max-restarts=0",
                                 "train.py", "--lr", "0.1"]
     assert "ran:" not in dry.stdout and len(lines) == 6  # the fake torchrun never ran
     # without --dry-run the same command runs, with the env file's variables exported
     real = subprocess.run([str(script), "train.py"], env=env, capture_output=True, text=True, timeout=60)
     assert real.returncode == 0, real.stderr
     assert real.stdout.strip() == ("ran: --nnodes=3 --nproc-per-node=2 --rdzv-backend=c10d "
-                                   "--rdzv-endpoint=10.0.0.11:29400 --rdzv-id=job 42 --max-restarts=0 train.py "
+                                   f"--rdzv-endpoint=node1:{port} --rdzv-id=job 42 --max-restarts=0 train.py "
                                    "NCCL_SOCKET_IFNAME==eth0")
+    # the default id keeps the inventory's port; NCCLPREP_RDZV_PORT sets one; a bad one is refused
+    plain = subprocess.run([str(script), "--dry-run", "t.py"], capture_output=True, text=True, timeout=60,
+                           env={k: v for k, v in os.environ.items() if not k.startswith("NCCLPREP_")})
+    assert "--rdzv-endpoint=node1:29400 --rdzv-id=ncclprep " in plain.stdout
+    fixed = subprocess.run([str(script), "--dry-run", "t.py"], capture_output=True, text=True, timeout=60,
+                           env={**env, "NCCLPREP_RDZV_PORT": "29777"})
+    assert "--rdzv-endpoint=node1:29777 " in fixed.stdout
+    bad = subprocess.run([str(script), "t.py"], capture_output=True, text=True, timeout=60,
+                         env={**env, "NCCLPREP_RDZV_PORT": "29x"})
+    assert bad.returncode == 2 and "NCCLPREP_RDZV_PORT=29x is not a port number" in bad.stderr
+
+
+def test_the_rendezvous_host_refuses_a_port_another_job_holds(tmp_path):
+    script, _ = launcher(tmp_path, "NCCL_DEBUG=WARN\n", me="node1")
+    with socket.socket() as held:  # another job's store, as torch binds it
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([str(script), "train.py"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "NCCLPREP_RDZV_PORT": str(port)})
+    assert out.returncode == 2 and "ran:" not in out.stdout
+    assert out.stderr.startswith(f"ncclprep-torchrun: refused on node1: rendezvous port {port} is taken (")
+    assert "NCCLPREP_RDZV_ID=<new id>" in out.stderr
+    # free again: the launch goes ahead; the other nodes never test the port
+    free = subprocess.run([str(script), "train.py"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NCCLPREP_RDZV_PORT": str(port)})
+    assert free.returncode == 0 and free.stdout.startswith("ran: ")
+
+
+def test_the_launcher_check_refuses_with_the_reason(tmp_path):
+    with socket.socket() as probe:  # a port nothing listens on: the rendezvous "refused", so it answers
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "NCCLPREP_RDZV_PORT": str(port)}
+    members = {"localhost": {"address": "127.0.0.1"}}
+    cases = {
+        "eth-missing": ("NCCL_SOCKET_IFNAME==ncclprep9\n", members,
+                        "refused on node2: NCCL_SOCKET_IFNAME==ncclprep9 selects no interface here"),
+        "name-wrong": ("NCCL_SOCKET_IFNAME==lo\n", {**members, "ncclprep-nosuch.invalid": {"address": "10.9.9.9"}},
+                       "1 node name(s) resolve wrong: ncclprep-nosuch.invalid -> nothing (expected 10.9.9.9)"),
+        "passes": ("NCCL_SOCKET_IFNAME==lo\nGLOO_SOCKET_IFNAME=l\n", members, None),
+    }
+    for name, (env_lines, nodes, refusal) in cases.items():
+        (tmp_path / name).mkdir()
+        script, _ = launcher(tmp_path / name, env_lines, members=nodes)
+        out = subprocess.run([str(script), "--check", "train.py"], capture_output=True, text=True, timeout=60,
+                             env=env)
+        if refusal:
+            assert out.returncode == 2 and refusal in out.stderr and "ran:" not in out.stdout, (name, out.stderr)
+        else:
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.splitlines()[0] == (f"ncclprep-torchrun: checks passed on node2 (interfaces up, 1 names "
+                                                  f"resolve, rendezvous localhost:{port})")
+            assert out.stdout.splitlines()[1].startswith("ran: ")
+
+
+def test_the_debug_launch_adds_the_debug_variables_with_its_log_folder(tmp_path):
+    script, _ = launcher(tmp_path, "NCCL_DEBUG=WARN\n", debug_lines="# managed\nNCCL_DEBUG=INFO\n"
+                         "NCCL_DEBUG_FILE={dir}/nccl.%h.%p.log\nTORCH_NCCL_DUMP_ON_TIMEOUT=1\n")
+    logs = tmp_path / "logs"
+    out = subprocess.run([str(script), "--debug", "--dry-run", "train.py"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "NCCLPREP_DEBUG_DIR": str(logs), "NCCLPREP_RDZV_ID": "dbg"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[1:4] == ["NCCL_DEBUG=INFO", f"NCCL_DEBUG_FILE={logs}/nccl.%h.%p.log", "TORCH_NCCL_DUMP_ON_TIMEOUT=1"]
+    assert f"--log-dir={logs}/torchrun --tee=3 train.py" in lines[-1]
+    assert not logs.exists()  # a dry run creates nothing
+    real = subprocess.run([str(script), "--debug", "train.py"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NCCLPREP_DEBUG_DIR": str(logs), "NCCLPREP_RDZV_ID": "dbg"})
+    assert real.returncode == 0 and (logs / "torchrun").is_dir()

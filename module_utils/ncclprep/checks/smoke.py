@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, explain, make_check
 
 
@@ -50,6 +52,38 @@ def check_smoke(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                            "world_size": sorted(world)}, expected="one result per worker, same world size",
                            message=f"torchrun job reported {len(workers)} workers for world size(s) {sorted(world)}",
                            remediation="read log_tail in the host reports")]
-    return [make_check("torchrun.smoke", "PASS", measured={"workers": len(workers), "world_size": sorted(world)},
+    training = training_figures(workers)
+    return [make_check("torchrun.smoke", "PASS", measured={"workers": len(workers), "world_size": sorted(world),
+                                                          **training},
                        expected="identical parameters on every rank",
-                       message=f"torchrun c10d DDP job: {len(workers)} workers, parameters identical")]
+                       message=f"torchrun c10d DDP job: {len(workers)} workers, parameters identical"
+                               + (f"; {training_summary(training)}" if training else ""))]
+
+
+def training_figures(workers: list[dict]) -> dict:
+    """The template job's figures over its workers: {global_batch, step_ms, comm_share,
+    allreduce_bytes_per_step, slowest_rank, slowest_step_ms}.
+
+    step_ms and comm_share are medians over the workers (each worker's own figure is already a
+    median over its measured steps); all-reduce bytes per step are rank 0's (every rank hands
+    the same payload to all_reduce). Empty when the workers printed no step time (an older job).
+    """
+    timed = [w for w in workers if isinstance(w.get("step_s"), (int, float))]
+    if not timed:
+        return {}
+    shares = [w["comm_share"] for w in timed if isinstance(w.get("comm_share"), (int, float))]
+    slowest = max(timed, key=lambda w: w["step_s"])
+    rank0 = min(timed, key=lambda w: w.get("rank", 0))
+    return {"global_batch": rank0.get("global_batch"),
+            "step_ms": round(statistics.median(w["step_s"] for w in timed) * 1e3, 3),
+            "comm_share": round(statistics.median(shares), 4) if shares else None,
+            "allreduce_bytes_per_step": rank0.get("allreduce_bytes_per_step"),
+            "slowest_rank": slowest.get("rank"), "slowest_step_ms": round(slowest["step_s"] * 1e3, 3)}
+
+
+def training_summary(figures: dict) -> str:
+    """One line: global batch, median step time, communication share, all-reduce bytes per step."""
+    share = figures.get("comm_share")
+    return (f"global batch {figures.get('global_batch')}, step {figures['step_ms']:.1f} ms"
+            + (f" ({share * 100:.0f}% communication)" if share is not None else "")
+            + f", all-reduce {figures.get('allreduce_bytes_per_step')} B/step")

@@ -71,6 +71,7 @@ def render_markdown(cluster: dict) -> str:
                 lines += _wrap(_cut(f"- {c['id']}: {c['message']}", 2 * WIDTH), indent="  ")
             lines.append("")
     lines += _collective_tables(cluster.get("collectives") or {})
+    lines += _training_table(checks)
     lines += _network_tables(cluster.get("network") or {}, hosts)
     while lines and lines[-1] == "":
         lines.pop()
@@ -169,6 +170,25 @@ def _collective_tables(collectives: dict) -> list[str]:
     out += table(["op", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "slowest rank", "wrong"], rows,
                  right={1, 2, 3, 4, 6})
     return out + [""]
+
+
+def _training_table(checks: list) -> list[str]:
+    """The template training job's figures from check torchrun.smoke's measured (checks/smoke.py
+    training_figures): global batch, step time, communication share, all-reduce bytes per step."""
+    fig = next((c.get("measured") for c in checks if c["id"] == "torchrun.smoke"), None)
+    if not isinstance(fig, dict) or fig.get("step_ms") is None:
+        return []
+    share = fig.get("comm_share")
+    out = ["## Training job: the template through the launcher on every node", ""]
+    out += table(["world size", "global batch", "step (ms, median)", "communication", "all-reduce (B/step)",
+                  "slowest rank (ms)"],
+                 [[str(fig.get("workers")), str(fig.get("global_batch")), f"{fig['step_ms']:.1f}",
+                   "" if share is None else f"{share * 100:.0f}%", str(fig.get("allreduce_bytes_per_step")),
+                   f"{fig.get('slowest_rank')} ({fig.get('slowest_step_ms', 0):.1f})"]],
+                 right={0, 1, 2, 3, 4})
+    out += ["", "Communication: the part of the synchronising backward spent waiting for all-reduce after the last "
+                "gradient bucket was ready (not hidden behind computation).", ""]
+    return out
 
 
 def _network_tables(network: dict, hosts: list[str]) -> list[str]:
