@@ -1,0 +1,103 @@
+"""The launch path on the provisioned local cluster: ncclprep-torchrun (nccl_env's launcher) run by
+hand on every node, as a user starts a job: --dry-run per node, two jobs at once on their own ids
+(one with --check, one with --debug), and the rendezvous host refusing a port another process holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from localcluster import NODES, on, record
+
+LAUNCHER = "/usr/local/bin/ncclprep-torchrun"
+TEMPLATE = "/usr/local/share/ncclprep/ncclprep_train.py"
+MARKER = "NCCLPREP_RESULT "
+
+
+def port_of(rdzv_id: str) -> int:
+    """The launcher's per-job port: 29400 + 1 + (POSIX cksum of the id mod 99)."""
+    crc = subprocess.run(["cksum"], input=rdzv_id, capture_output=True, text=True, check=True).stdout.split()[0]
+    return 29401 + int(crc) % 99
+
+
+def results(output: str) -> list[dict]:
+    return [json.loads(line.split(MARKER, 1)[1]) for line in output.splitlines() if MARKER in line]
+
+
+def test_dry_run_shows_each_nodes_command(provisioned):
+    port = port_of("itest-dry")
+    for node in NODES:
+        out = on(node, f"NCCLPREP_RDZV_ID=itest-dry {LAUNCHER} --dry-run {TEMPLATE} --steps 3")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0] == f"# ncclprep-torchrun --dry-run on {node}: the environment from /etc/ncclprep/nccl.env"
+        assert "NCCL_SOCKET_IFNAME==eth0" in lines and "GLOO_SOCKET_IFNAME=eth0" in lines
+        command = lines[-1].split()
+        assert command[:7] == ["/opt/ncclprep/venv/bin/torchrun", "--nnodes=3", "--nproc-per-node=1",
+                               "--rdzv-backend=c10d", f"--rdzv-endpoint=node1:{port}", "--rdzv-id=itest-dry",
+                               "--max-restarts=0"]
+        # every worker through the NUMA binding wrapper, then the template and its arguments
+        assert command[7:] == ["--no-python", "/usr/local/bin/ncclprep-numa-bind", "/opt/ncclprep/venv/bin/python",
+                               TEMPLATE, "--steps", "3"]
+
+
+def test_two_jobs_at_once_on_their_own_ids_both_complete(provisioned):
+    ids = {"itest-a": "--check", "itest-b": "--debug"}
+    assert port_of("itest-a") != port_of("itest-b")
+    start = time.monotonic()
+    procs = {(rid, node): subprocess.Popen(
+        ["podman", "exec", f"ncclprep-{node}", "sh", "-c",
+         f"NCCLPREP_RDZV_ID={rid} {LAUNCHER} {flag} {TEMPLATE} --steps 3 --accumulation 2 --timeout 60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rid, flag in ids.items() for node in NODES}
+    outputs = {}
+    for key, proc in procs.items():
+        try:
+            outputs[key] = (proc.communicate(timeout=240)[0], proc.returncode)
+        except subprocess.TimeoutExpired:
+            for p in procs.values():
+                p.kill()
+            raise AssertionError(f"{key} did not finish within 240 s")
+    record("two launcher jobs at once, 3 nodes", time.monotonic() - start)
+    for (rid, node), (output, rc) in outputs.items():
+        assert rc == 0, f"{rid} on {node}: {output[-3000:]}"
+        got = results(output)
+        assert len(got) == 1 and got[0]["world_size"] == 3 and got[0]["params_identical"] is True, output[-2000:]
+        assert got[0]["global_batch"] == 32 * 3 * 2 and got[0]["allreduce_bytes_per_step"] > 0
+        if rid == "itest-a":
+            assert f"ncclprep-torchrun: checks passed on {node} (interfaces up, 3 names resolve, rendezvous " \
+                   f"node1:{port_of('itest-a')})" in output
+    # rank 0's progress lines (node1 holds rank 0: its agent hosts the rendezvous)
+    ranks = {node: results(out)[0]["rank"] for (rid, node), (out, _) in outputs.items() if rid == "itest-a"}
+    assert sorted(ranks.values()) == [0, 1, 2]
+    rank0 = next(n for n, r in ranks.items() if r == 0)
+    assert "ncclprep-train: world size 3 (gloo); global batch 192" in outputs[("itest-a", rank0)][0]
+    # the debug launch: torchrun's per-rank logs and the debug variables in the workers' environment
+    # the debug launch: each rank's output in torchrun's log folder, and the debug variables reached
+    # the workers (TORCH_DISTRIBUTED_DEBUG: DDP logs its construction data)
+    logs = on("node2", "cd /var/log/ncclprep/itest-b/torchrun && cat */attempt_0/0/stdout.log && "
+                       "grep -c 'DDP Initialized with' */attempt_0/0/stderr.log")
+    assert logs.returncode == 0 and MARKER in logs.stdout, logs.stdout[-2000:]
+    assert logs.stdout.splitlines()[-1] == "1"
+    assert "DDP Initialized with" not in outputs[("itest-a", "node2")][0]
+
+
+def test_the_rendezvous_host_refuses_a_port_another_process_holds(provisioned):
+    port = port_of("itest-taken")
+    squat = (f"python3 -c 'import socket, time; s = socket.socket(); "
+             f"s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", {port})); s.listen(); "
+             f"time.sleep(120)' >/dev/null 2>&1 & echo $! > /tmp/squatter.pid")
+    assert on("node1", squat).returncode == 0
+    try:
+        for _ in range(50):
+            if on("node1", f"ss -Hltn 'sport = :{port}' | grep -q LISTEN").returncode == 0:
+                break
+            time.sleep(0.2)
+        out = on("node1", f"NCCLPREP_RDZV_ID=itest-taken {LAUNCHER} {TEMPLATE} --steps 1")
+        assert out.returncode == 2 and MARKER not in out.stdout
+        assert out.stderr.startswith(f"ncclprep-torchrun: refused on node1: rendezvous port {port} is taken ("), \
+            out.stderr
+        assert 'users:(("python3",pid=' in out.stderr and "NCCLPREP_RDZV_ID=<new id>" in out.stderr
+    finally:
+        on("node1", "kill $(cat /tmp/squatter.pid) 2>/dev/null; rm -f /tmp/squatter.pid")
