@@ -26,6 +26,11 @@ options:
   accumulation: {type: int, default: 2, description: Micro-batches per step (all but the last under no_sync).}
   bucket_mb: {type: float, default: 25, description: DDP bucket size in MB (bucket_cap_mb).}
   timeout: {type: int, default: 120, description: Hard deadline in seconds for the whole job.}
+  check:
+    type: bool
+    default: true
+    description: "Launch with the launcher's C(--check): the node's quick checks first (interfaces up, names
+      resolving, the rendezvous answering, its port free), a refusal naming the reason instead of a job."
   job_args:
     type: list
     elements: str
@@ -81,6 +86,7 @@ def main() -> None:
             accumulation=dict(type="int", default=2),
             bucket_mb=dict(type="float", default=25),
             timeout=dict(type="int", default=120),
+            check=dict(type="bool", default=True),
             job_args=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
@@ -101,7 +107,8 @@ def main() -> None:
 
     workdir = tempfile.mkdtemp(prefix="ncclprep-smoke-")
     env = dict(os.environ, NCCLPREP_RDZV_ID=p["rdzv_id"], PYTHONUNBUFFERED="1")
-    cmd = [p["launcher"], p["script"], "--steps", str(p["steps"]), "--accumulation", str(p["accumulation"]),
+    cmd = [p["launcher"], *(["--check"] if p["check"] else []), p["script"],
+           "--steps", str(p["steps"]), "--accumulation", str(p["accumulation"]),
            "--bucket-cap-mb", str(p["bucket_mb"]), "--timeout", str(max(p["timeout"] - 10, 10)), *p["job_args"]]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,

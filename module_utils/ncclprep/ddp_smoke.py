@@ -20,7 +20,9 @@ def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float,
     host}``. A job killed at the deadline after every local worker printed a correct result was
     waiting for the other nodes: torchrun's agent holds a finished node in its exit barrier
     until every node's agent is done (torch.distributed.elastic LocalElasticAgent,
-    ``exit_barrier_timeout``), so the error says to look at the node that failed. Result lines are
+    ``exit_barrier_timeout``), so the error says to look at the node that failed. A launch the
+    launcher refused (its ``--check``, or the rendezvous port taken) is a FAIL whose error is
+    the launcher's reason. Result lines are
     found anywhere in the output, also run together with other text on one line.
     """
     lines = output.splitlines()
@@ -36,6 +38,8 @@ def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float,
             workers.append(worker)
         idx = output.find(MARKER, idx + len(MARKER))
     correct = bool(workers) and all(w.get("params_identical") for w in workers)
+    # the launcher's --check, or the rendezvous host's port test, refused to start the job
+    refusal = [ln.strip() for ln in lines if ln.strip().startswith("ncclprep-torchrun: refused on ")]
     out = {"rc": rc, "workers": workers, "elapsed_s": elapsed_s, "log_tail": [ln[-300:] for ln in lines[-15:]],
            "error": None, "host": host}
     if rc is None and correct:
@@ -44,6 +48,8 @@ def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float,
                                         "(its exit barrier): the node that failed is to blame")
     elif rc is None:
         out.update(status="HANG", error=f"torchrun did not finish within {timeout_s:g} s")
+    elif rc != 0 and refusal:
+        out.update(status="FAIL", error=refusal[-1][len("ncclprep-torchrun: "):][:400])
     elif rc != 0:
         out.update(status="FAIL", error=f"torchrun exited with code {rc}")
     elif not correct:

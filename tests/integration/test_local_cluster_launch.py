@@ -45,6 +45,8 @@ def test_dry_run_shows_each_nodes_command(provisioned):
 def test_two_jobs_at_once_on_their_own_ids_both_complete(provisioned):
     ids = {"itest-a": "--check", "itest-b": "--debug"}
     assert port_of("itest-a") != port_of("itest-b")
+    for node in NODES:  # the debug launch's log folder, as a first launch finds it
+        on(node, "rm -rf /var/log/ncclprep/itest-b")
     start = time.monotonic()
     procs = {(rid, node): subprocess.Popen(
         ["podman", "exec", f"ncclprep-{node}", "sh", "-c",
@@ -55,10 +57,10 @@ def test_two_jobs_at_once_on_their_own_ids_both_complete(provisioned):
     for key, proc in procs.items():
         try:
             outputs[key] = (proc.communicate(timeout=240)[0], proc.returncode)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             for p in procs.values():
                 p.kill()
-            raise AssertionError(f"{key} did not finish within 240 s")
+            raise AssertionError(f"{key} did not finish within 240 s") from exc
     record("two launcher jobs at once, 3 nodes", time.monotonic() - start)
     for (rid, node), (output, rc) in outputs.items():
         assert rc == 0, f"{rid} on {node}: {output[-3000:]}"

@@ -75,7 +75,8 @@ def test_roce_boot_script_leaves_trust_alone_where_the_driver_cannot_show_it(tmp
 
 @pytest.mark.parametrize("rank", ["0", "1", "5"])
 def test_numa_bind_wrapper_runs_each_local_rank_on_its_cpus(tmp_path, rank):
-    """Rank 0 on the first CPU this process may use, rank 1 on the last, rank 5 not in the map."""
+    """Rank 0 on the first CPU this process may use, rank 1 on the last, rank 5 not in the map;
+    OMP_NUM_THREADS the number of the rank's CPUs (torchrun's 1 replaced), or what the launch gave."""
     cpus = sorted(os.sched_getaffinity(0))
     wrapper = tmp_path / "ncclprep-numa-bind"
     wrapper.write_text(render("numa_pinning", "ncclprep-numa-bind.sh.j2", tmp_path,
@@ -92,6 +93,27 @@ def test_numa_bind_wrapper_runs_each_local_rank_on_its_cpus(tmp_path, rank):
         assert allowed != ""  # ran, unbound
     else:
         assert allowed == str(cpus[0] if rank == "0" else cpus[-1])
+    threads = subprocess.run([str(wrapper), "sh", "-c", "echo $OMP_NUM_THREADS"], capture_output=True, text=True,
+                             env={**os.environ, "LOCAL_RANK": rank, "OMP_NUM_THREADS": "3"}).stdout.strip()
+    assert threads == ("3" if rank == "5" else "1")  # one CPU in each line of this map; unbound: as it was
+    given = subprocess.run([str(wrapper), "sh", "-c", "echo $OMP_NUM_THREADS"], capture_output=True, text=True,
+                           env={**os.environ, "LOCAL_RANK": rank, "NCCLPREP_OMP_NUM_THREADS": "7"}).stdout.strip()
+    assert given == ("" if rank == "5" else "7")
+
+
+def test_numa_bind_wrapper_counts_the_cpus_of_a_list_with_ranges(tmp_path):
+    wrapper = tmp_path / "ncclprep-numa-bind"
+    wrapper.write_text(render("numa_pinning", "ncclprep-numa-bind.sh.j2", tmp_path,
+                              numa_pinning_map_file=str(tmp_path / "map")))
+    wrapper.chmod(0o755)
+    (tmp_path / "map").write_text("0 0 0-3,8-11,16 0\n1 1 4-7 1\n")
+    # taskset would refuse CPUs this machine lacks: read the variable through a wrapper that stops first
+    script = wrapper.read_text().replace('if [ "$node" != "-" ]', 'echo "$OMP_NUM_THREADS $cpus"; exit 0\nif true')
+    (tmp_path / "counting").write_text(script)
+    for rank, expected in (("0", "9 0-3,8-11,16"), ("1", "4 4-7")):
+        out = subprocess.run(["sh", str(tmp_path / "counting")], env={**os.environ, "LOCAL_RANK": rank},
+                             capture_output=True, text=True)
+        assert out.stdout.strip() == expected, out.stderr
 
 
 def launcher(tmp_path, env_lines: str, me="node2", members=None, debug_lines="NCCL_DEBUG=INFO\n"):

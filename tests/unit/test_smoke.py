@@ -60,3 +60,14 @@ def test_the_check_blames_the_node_that_crashed_not_those_that_waited_and_quotes
     assert smoke["measured"] == {"node1": "HANG", "node2": "HANG", "node3": "FAIL"}
     assert smoke["message"].startswith("node3: torchrun exited with code 1; node1: this node's 1 worker(s) finished")
     assert smoke["message"].endswith("last line on node3: traceback : Signal 6 (SIGABRT) received by PID 77")
+
+
+def test_a_launch_the_launcher_refused_fails_with_its_reason():
+    out = ("ncclprep-torchrun: refused on node2: 1 node name(s) resolve wrong: node3 -> nothing (expected "
+           "10.77.29.13) (role host_names, /etc/hosts)\n")
+    refused = ddp_smoke.read_result(out, 2, 120, 0.2, "node2")
+    assert refused["status"] == "FAIL" and refused["workers"] == []
+    assert refused["error"] == ("refused on node2: 1 node name(s) resolve wrong: node3 -> nothing (expected "
+                                "10.77.29.13) (role host_names, /etc/hosts)")
+    # the same words from a job that ran and then failed are not a refusal
+    assert ddp_smoke.read_result("x\n", 1, 120, 3, "node2")["error"] == "torchrun exited with code 1"
