@@ -5,10 +5,17 @@ hand on every node, as a user starts a job: --dry-run per node, two jobs at once
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 
+import pytest
 from localcluster import NODES, on, record
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed"),
+]
 
 LAUNCHER = "/usr/local/bin/ncclprep-torchrun"
 TEMPLATE = "/usr/local/share/ncclprep/ncclprep_train.py"
