@@ -199,6 +199,37 @@ def test_the_rendezvous_host_refuses_a_port_another_job_holds(tmp_path):
     assert free.returncode == 0 and free.stdout.startswith("ran: ")
 
 
+def test_the_port_test_works_where_ipv6_is_off(tmp_path):
+    """A kernel booted with ipv6.disable=1 refuses AF_INET6 sockets (EAFNOSUPPORT): the port test
+    falls back to IPv4 instead of refusing every launch as if the port were taken."""
+    site = tmp_path / "noipv6"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import errno, socket\n"
+        "_real = socket.socket\n"
+        "class NoIPv6(_real):\n"
+        "    def __init__(self, family=-1, *args, **kwargs):\n"
+        "        if family == socket.AF_INET6:\n"
+        "            raise OSError(errno.EAFNOSUPPORT, 'Address family not supported by protocol')\n"
+        "        super().__init__(family, *args, **kwargs)\n"
+        "socket.socket = NoIPv6\n")
+    script, _ = launcher(tmp_path, "NCCL_DEBUG=WARN\n", me="node1")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    free = subprocess.run([str(script), "train.py"], capture_output=True, text=True, timeout=60,
+                          env={**env, "NCCLPREP_RDZV_PORT": str(port)})
+    assert free.returncode == 0 and free.stdout.startswith("ran: "), free.stderr
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        taken = subprocess.run([str(script), "train.py"], capture_output=True, text=True, timeout=60,
+                               env={**env, "NCCLPREP_RDZV_PORT": str(held.getsockname()[1])})
+    assert taken.returncode == 2 and "Address already in use" in taken.stderr
+
+
 def test_the_launcher_check_refuses_with_the_reason(tmp_path):
     with socket.socket() as probe:  # a port nothing listens on: the rendezvous "refused", so it answers
         probe.bind(("127.0.0.1", 0))
