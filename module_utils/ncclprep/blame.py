@@ -104,13 +104,16 @@ def slow_bandwidth(rates: Mapping[tuple[str, str], float], z: float = -3.5, rati
     """Slow nodes and slow links from one rate per direction.
 
     ``rates``: ``(src, dst) -> GB/s`` (higher is better). Returns ``{"nodes": {node: reason},
-    "links": {(src, dst): reason}}``: a node is slow when the median of its sending (or
-    receiving) directions is slow against the other nodes' medians (``slow_outliers``, 3
-    nodes at least); a direction is a slow link when it is slow against every direction that
-    no slow node sends (or receives, for a slow receiver), or below ``floor``. Raises
-    ValueError as ``slow_outliers`` does.
+    "links": {(src, dst): reason}, "explained": {(src, dst): node}}``: a node is slow when the
+    median of its sending (or receiving) directions is slow against the other nodes' medians
+    (``slow_outliers``, 3 nodes at least); ``explained`` holds every direction a slow sender
+    sends and every direction a slow receiver receives, with that node (a node slow both ways
+    explains both; its reason names the first); a direction is a slow link when it is slow
+    against every direction not explained, or below ``floor``. Raises ValueError as
+    ``slow_outliers`` does.
     """
     nodes: dict[str, str] = {}
+    slow_end: tuple[set, set] = (set(), set())  # slow senders, slow receivers
     for idx, verb in ((0, "sends"), (1, "receives")):
         per_node: dict[str, list[float]] = {}
         for key, v in rates.items():
@@ -118,14 +121,15 @@ def slow_bandwidth(rates: Mapping[tuple[str, str], float], z: float = -3.5, rati
         medians = {n: statistics.median(vs) for n, vs in per_node.items()}
         for n, why in slow_outliers(medians, z=z, ratio=ratio).items():
             nodes.setdefault(str(n), f"{verb} at a median {why}")
-    explained = {k for k in rates if (k[0] in nodes and nodes[k[0]].startswith("sends"))
-                 or (k[1] in nodes and nodes[k[1]].startswith("receives"))}
+            slow_end[idx].add(n)
+    explained = {k: (k[0] if k[0] in slow_end[0] else k[1]) for k in rates
+                 if k[0] in slow_end[0] or k[1] in slow_end[1]}
     rest = {k: v for k, v in rates.items() if k not in explained}
     links = slow_outliers(rest, z=z, ratio=ratio, floor=floor)
     if floor is not None:
         links.update({k: f"{v:.3g} below the floor {floor:.3g}" for k, v in rates.items()
                       if k in explained and v < floor})
-    return {"nodes": nodes, "links": dict(links)}
+    return {"nodes": nodes, "links": dict(links), "explained": explained}
 
 
 def classify(tested: Iterable[tuple[str, str]], bad: Iterable[tuple[str, str]]) -> dict:

@@ -121,10 +121,8 @@ def link_problems(links: list[dict], max_latency_us: float | None, slow_z: float
             add(key, f"path MTU: {pmtu.get('mtu')} B does not pass, largest {pmtu.get('largest')} B")
     rates = slowest_per_direction(links)
     slow = slow_bandwidth(rates, z=slow_z, ratio=slow_ratio, floor=min_gbps)
-    for (src, dst), v in rates.items():
-        for node, why in slow["nodes"].items():
-            if (src == node and why.startswith("sends")) or (dst == node and why.startswith("receives")):
-                add((src, dst), f"bandwidth {v:.3g} GB/s: {node} {why}")
+    for (src, dst), node in slow["explained"].items():
+        add((src, dst), f"bandwidth {rates[(src, dst)]:.3g} GB/s: {node} {slow['nodes'][node]}")
     for key, why in slow["links"].items():
         add(key, f"bandwidth {why} GB/s")
     return out

@@ -191,9 +191,7 @@ def _check_bandwidth(rows: list[dict], tested: set, ctx: Context, speeds: dict[s
     slow = slow_bandwidth(rates, z=ctx.slow_z, ratio=ctx.slow_ratio, floor=ctx.min_gbps)
     floors = link_floors(speeds or {}, ctx.link_floor_ratio, rates)
     for (a, b), floor in sorted(floors.items()):
-        explained = (a in slow["nodes"] and slow["nodes"][a].startswith("sends")) or \
-            (b in slow["nodes"] and slow["nodes"][b].startswith("receives"))
-        if rates[(a, b)] < floor and not explained and (a, b) not in slow["links"]:
+        if rates[(a, b)] < floor and (a, b) not in slow["explained"] and (a, b) not in slow["links"]:
             slow["links"][(a, b)] = (f"{rates[(a, b)]:.3g} below {floor:.3g} ({ctx.link_floor_ratio:g} x the "
                                      f"{min(speeds[a], speeds[b]):g} Gb/s link)")
     link_names, found = _blame(tested, set(slow["links"]))
