@@ -11,7 +11,8 @@ Per size it prints:
   collective): the network probe's verdict (both phases, see ``network_verdict``) and the
   collective blame (blame.collective_plan, round after round until its verdict):
   rounds, how often exactly the bad nodes were named, how often a healthy node was named;
-- the controller's CPU time for those judgements, per call, with its ratio to the smallest size.
+- the controller's CPU time for those judgements, per call, and the network judgement's as a
+  ratio to the smallest size (the growth, side by side in one run).
 
 The model: every node's bandwidth is 1.0 x lognormal(0, --noise); one direction measures
 min(sender, receiver) x lognormal(0, --noise); a group's busbw is the minimum over its nodes
@@ -105,7 +106,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     bads = [int(b) for b in args.bad.split(",")]
     rng = random.Random(args.seed)
-    base_cpu: dict[str, float] = {}
+    base_cpu: dict[int, float] = {}  # bad count -> the network judgement's CPU at the smallest size
     print(f"{'nodes':>6s} {'rounds':>6s} {'pairs':>7s} {'max/node':>8s}")
     for n in sizes:
         rounds = schedule.pair_schedule(n, 2, seed="bench")
@@ -116,7 +117,8 @@ def main() -> int:
                 per_node[b] = per_node.get(b, 0) + 1
         print(f"{n:6d} {len(rounds):6d} {sum(len(r) for r in rounds):7d} {max(per_node.values()):8d}")
     print(f"\n{'nodes':>6s} {'bad':>4s} | {'net exact':>9s} {'net healthy named':>17s} {'net cpu s':>9s} | "
-          f"{'coll rounds':>11s} {'coll exact':>10s} {'coll healthy named':>18s} {'coll cpu s':>10s}")
+          f"{'coll rounds':>11s} {'coll exact':>10s} {'coll healthy named':>18s} {'coll cpu s':>10s} | "
+          f"{'net cpu x smallest':>18s}")
     for n in sizes:
         for b in bads:
             net_ok = net_fp = coll_ok = coll_fp = 0
@@ -135,10 +137,11 @@ def main() -> int:
                 coll_cpu.append(cpu)
                 coll_rounds.append(r)
             t = args.trials
+            base = base_cpu.setdefault(b, statistics.median(net_cpu))
             print(f"{n:6d} {b:4d} | {net_ok / t:9.0%} {net_fp / t:17.0%} {statistics.median(net_cpu):9.3f} | "
                   f"{statistics.median(coll_rounds):11g} {coll_ok / t:10.0%} {coll_fp / t:18.0%} "
-                  f"{statistics.median(coll_cpu):10.3f}", flush=True)
-            base_cpu.setdefault(f"net{b}", statistics.median(net_cpu))
+                  f"{statistics.median(coll_cpu):10.3f} | {statistics.median(net_cpu) / max(base, 1e-9):18.1f}",
+                  flush=True)
     return 0
 
 
