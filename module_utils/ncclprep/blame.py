@@ -28,8 +28,9 @@ its link.
 
 from __future__ import annotations
 
+import bisect
 import statistics
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from ansible.module_utils.ncclprep.schedule import ring_rounds
 
@@ -54,6 +55,24 @@ def modified_z(values: Mapping[Hashable, float]) -> dict[Hashable, float]:
     return out
 
 
+def median_without(ordered: Sequence[float], value: float) -> float | None:
+    """The median of ``ordered`` (sorted ascending) with one occurrence of ``value`` left out,
+    read off the sorted list in O(log n) instead of sorting the n-1 others again (issue 13:
+    that made a judgement at 4096 nodes take 94 s). None when nothing is left.
+    Raises ValueError when ``value`` is not in ``ordered``."""
+    i = bisect.bisect_left(ordered, value)
+    if i == len(ordered) or ordered[i] != value:
+        raise ValueError(f"{value!r} is not among the values")
+    m = len(ordered) - 1
+    if m == 0:
+        return None
+
+    def at(j: int) -> float:  # index j of the list without position i
+        return ordered[j] if j < i else ordered[j + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
 def slow_outliers(values: Mapping[Hashable, float], z: float = -3.5, ratio: float = 0.5,
                   floor: float | None = None, min_z_count: int = 8) -> dict[Hashable, str]:
     """Keys whose value is slow, each with the reason (one line, figures beside the median).
@@ -74,9 +93,9 @@ def slow_outliers(values: Mapping[Hashable, float], z: float = -3.5, ratio: floa
         return out
     med = statistics.median(values.values())
     scores = modified_z(values) if len(values) >= min_z_count else None
+    ordered = sorted(values.values())
     for key, v in values.items():
-        others = [x for k, x in values.items() if k != key]
-        med_others = statistics.median(others) if others else None
+        med_others = median_without(ordered, v)
         below = med_others is not None and v < ratio * med_others
         if below and scores is None:
             out[key] = f"{v:.3g} against the median {med_others:.3g} of the others (below {ratio:g} x)"
@@ -99,6 +118,37 @@ def slowest_per_direction(rows: Iterable[Mapping]) -> dict[tuple[str, str], floa
     return rates
 
 
+#: Passes of the per-node judgement in slow_bandwidth (each without the directions to the
+#: nodes the pass before found slow); it stops early when a pass changes nothing.
+JUDGE_PASSES = 3
+
+
+def _slow_ends(rates: Mapping[tuple[str, str], float], known: tuple[set, set], z: float,
+               ratio: float) -> tuple[dict[str, str], tuple[set, set]]:
+    """One pass of slow_bandwidth's per-node judgement: each node's median sending (receiving)
+    rate, leaving out the directions into known slow receivers (out of known slow senders), held
+    against the other nodes' medians. A node left with no direction keeps its last verdict.
+    Returns ({node: reason}, (slow senders, slow receivers))."""
+    nodes: dict[str, str] = {}
+    ends: tuple[set, set] = (set(), set())
+    for idx, verb in ((0, "sends"), (1, "receives")):
+        per_node: dict[str, list[float]] = {}
+        every: set[str] = set()
+        for key, v in rates.items():
+            every.add(key[idx])
+            if key[1 - idx] not in known[1 - idx]:
+                per_node.setdefault(key[idx], []).append(v)
+        medians = {n: statistics.median(vs) for n, vs in per_node.items()}
+        for n, why in slow_outliers(medians, z=z, ratio=ratio).items():
+            nodes.setdefault(str(n), f"{verb} at a median {why}")
+            ends[idx].add(n)
+        for n in sorted(every - set(per_node)):
+            if n in known[idx]:
+                nodes.setdefault(str(n), f"{verb} only to or from nodes found slow (kept from the pass before)")
+                ends[idx].add(n)
+    return nodes, ends
+
+
 def slow_bandwidth(rates: Mapping[tuple[str, str], float], z: float = -3.5, ratio: float = 0.5,
                    floor: float | None = None) -> dict:
     """Slow nodes and slow links from one rate per direction.
@@ -106,22 +156,21 @@ def slow_bandwidth(rates: Mapping[tuple[str, str], float], z: float = -3.5, rati
     ``rates``: ``(src, dst) -> GB/s`` (higher is better). Returns ``{"nodes": {node: reason},
     "links": {(src, dst): reason}, "explained": {(src, dst): node}}``: a node is slow when the
     median of its sending (or receiving) directions is slow against the other nodes' medians
-    (``slow_outliers``, 3 nodes at least); ``explained`` holds every direction a slow sender
+    (``slow_outliers``, 3 nodes at least), judged again without the directions to (from)
+    the nodes found slow until nothing changes (JUDGE_PASSES at most: a healthy node with half
+    of its partners slow sits right at the ratio, issue 13); ``explained`` holds every direction a slow sender
     sends and every direction a slow receiver receives, with that node (a node slow both ways
     explains both; its reason names the first); a direction is a slow link when it is slow
     against every direction not explained, or below ``floor``. Raises ValueError as
     ``slow_outliers`` does.
     """
-    nodes: dict[str, str] = {}
     slow_end: tuple[set, set] = (set(), set())  # slow senders, slow receivers
-    for idx, verb in ((0, "sends"), (1, "receives")):
-        per_node: dict[str, list[float]] = {}
-        for key, v in rates.items():
-            per_node.setdefault(key[idx], []).append(v)
-        medians = {n: statistics.median(vs) for n, vs in per_node.items()}
-        for n, why in slow_outliers(medians, z=z, ratio=ratio).items():
-            nodes.setdefault(str(n), f"{verb} at a median {why}")
-            slow_end[idx].add(n)
+    nodes: dict[str, str] = {}
+    for _ in range(JUDGE_PASSES):
+        nodes, ends = _slow_ends(rates, slow_end, z, ratio)
+        if ends == slow_end:
+            break
+        slow_end = ends
     explained = {k: (k[0] if k[0] in slow_end[0] else k[1]) for k in rates
                  if k[0] in slow_end[0] or k[1] in slow_end[1]}
     rest = {k: v for k, v in rates.items() if k not in explained}
@@ -179,6 +228,30 @@ def _halves(group: list) -> list[list]:
     return [list(group[:mid]), list(group[mid:])]
 
 
+#: At most this many rounds re-pair the nodes the ring pairs could not clear (collective_plan).
+MAX_CONFIRM_ROUNDS = 2
+
+
+def _confirm_rounds(hosts: list[str], ring: list[Mapping], z: float, ratio: float,
+                    floor: float | None) -> list[list[list[str]]]:
+    """The rounds that re-pair each node bad in both of its ring pairings *and* beside another
+    such node with a node that passed a pairing (the network probe's second phase, issue 13):
+    a healthy node between two bad neighbours is bad in both of its ring pairings too, and only
+    a pairing with a good node tells it apart. Disjoint pairs, one good node per pair and
+    round, at most MAX_CONFIRM_ROUNDS rounds; none when no node is in doubt or none passed."""
+    outs = _outcomes(ring, z, ratio, floor)
+    bad = [tuple(g["hosts"]) for g, o in zip(ring, outs, strict=True) if o in BAD_OUTCOMES]
+    if not bad:
+        return []
+    named = set(classify([tuple(g["hosts"]) for g in ring], bad)["nodes"])
+    doubtful = [h for h in hosts if h in named and any(h in p and set(p) - {h} <= named for p in bad)]
+    good = [h for h in hosts if any(h in g["hosts"] and o not in BAD_OUTCOMES for g, o in zip(ring, outs, strict=True))]
+    if not doubtful or not good:
+        return []
+    chunks = [doubtful[i:i + len(good)] for i in range(0, len(doubtful), len(good))][:MAX_CONFIRM_ROUNDS]
+    return [[[h, g] for h, g in zip(chunk, good, strict=False)] for chunk in chunks]
+
+
 def collective_plan(hosts: list[str], history: list[Mapping], z: float = -3.5, ratio: float = 0.5,
                     floor: float | None = None) -> dict:
     """The next round of the collective blame, or its verdict, after a collective on all of
@@ -186,14 +259,16 @@ def collective_plan(hosts: list[str], history: list[Mapping], z: float = -3.5, r
 
     (1) Pairs: the ring neighbour pairs (``schedule.ring_rounds``), one round of disjoint
     pairs at a time, so every node is in two pairings (one for 2 nodes); then ``classify``:
-    a node bad in both of its pairings is the node, a pair bad alone is the link. (2) When
-    every pair passes, bisect: halves of the group run at once, a bad half of more than 3
-    nodes is halved again, down to groups of 2-3 nodes.
-    ``history``: the rounds run so far, each ``{"stage": "pairs" | "bisect", "groups":
+    a node bad in both of its pairings is the node, a pair bad alone is the link; but a node
+    so named beside another such node is first re-paired with a node that passed ("confirm"
+    rounds, ``_confirm_rounds``): it is named only when that pairing goes bad too, and all
+    pairings are judged together. (2) When every pair passes, bisect: halves of the group run
+    at once, a bad half of more than 3 nodes is halved again, down to groups of 2-3 nodes.
+    ``history``: the rounds run so far, each ``{"stage": "pairs" | "confirm" | "bisect", "groups":
     [{"hosts": [...], "status": "PASS" | "FAIL" | "HANG", "busbw_gbps": float | None}]}``
     (busbw in GB/s at the largest size; slow is judged among the groups of one stage by
     ``slow_outliers`` with ``z``, ``ratio`` and ``floor``).
-    Returns ``{"stage": "pairs" | "bisect", "groups": [[host, ...], ...]}`` to run next, or
+    Returns ``{"stage": "pairs" | "confirm" | "bisect", "groups": [[host, ...], ...]}`` to run next, or
     ``{"stage": "done", "nodes": [...], "links": [[a, b], ...], "groups": [[...]] (bad
     groups of 2-3 nodes bisect ended on), "suspects": [...], "outcomes": [{"stage",
     "hosts", "outcome", "busbw_gbps"}], "message": str}``. Raises ValueError for fewer
@@ -202,19 +277,30 @@ def collective_plan(hosts: list[str], history: list[Mapping], z: float = -3.5, r
     if len(hosts) < 2:
         raise ValueError(f"collective blame needs 2 hosts or more, got {list(hosts)}")
     rounds = [[[hosts[a], hosts[b]] for a, b in r] for r in ring_rounds(len(hosts))]
-    pairs = [g for h in history if h["stage"] == "pairs" for g in h["groups"]]
+    ring = [g for h in history if h["stage"] == "pairs" for g in h["groups"]]
     n_pair_rounds = sum(1 for h in history if h["stage"] == "pairs")
     if n_pair_rounds < len(rounds):
         return {"stage": "pairs", "groups": rounds[n_pair_rounds]}
+    confirm_rounds = _confirm_rounds(hosts, ring, z, ratio, floor)
+    n_confirmed = sum(1 for h in history if h["stage"] == "confirm")
+    if n_confirmed < len(confirm_rounds):
+        return {"stage": "confirm", "groups": confirm_rounds[n_confirmed]}
+    confirms = [g for h in history if h["stage"] == "confirm" for g in h["groups"]]
+    pairs = ring + confirms
     pair_outcome = _outcomes(pairs, z, ratio, floor)
-    outcomes = [{"stage": "pairs", "hosts": list(g["hosts"]), "outcome": o, "busbw_gbps": g.get("busbw_gbps")}
-                for g, o in zip(pairs, pair_outcome, strict=True)]
+    outcomes = [{"stage": "pairs" if i < len(ring) else "confirm", "hosts": list(g["hosts"]), "outcome": o,
+                 "busbw_gbps": g.get("busbw_gbps")} for i, (g, o) in enumerate(zip(pairs, pair_outcome, strict=True))]
     bad_pairs = [tuple(g["hosts"]) for g, o in zip(pairs, pair_outcome, strict=True) if o in BAD_OUTCOMES]
     done = {"stage": "done", "nodes": [], "links": [], "groups": [], "suspects": [], "outcomes": outcomes}
     if bad_pairs:
         found = classify([tuple(g["hosts"]) for g in pairs], bad_pairs)
         words = ([f"{', '.join(found['nodes'])} bad in every pairing"] if found["nodes"] else []) + \
                 [f"{a} <-> {b} bad in its pairing only" for a, b in found["links"]]
+        cleared = sorted({g["hosts"][0] for g, o in zip(confirms, pair_outcome[len(ring):], strict=True)
+                          if o not in BAD_OUTCOMES})
+        if cleared:
+            words.append(f"{', '.join(cleared)} passed when paired with a node that passed: "
+                         "their ring neighbours were the bad ones")
         return dict(done, nodes=found["nodes"], links=[list(p) for p in found["links"]], suspects=found["suspects"],
                     message="pairs: " + "; ".join(words))
     # every pair passes: bisect the whole group

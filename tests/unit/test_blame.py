@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import random
+import statistics
+
 import pytest
 from ansible.module_utils.ncclprep.blame import (
     blame_round,
     classify,
     collective_plan,
+    median_without,
     modified_z,
     slow_bandwidth,
     slow_outliers,
@@ -31,6 +35,20 @@ def test_modified_z_is_iglewicz_hoaglin():
     assert z == pytest.approx({"a": -1.349, "b": -0.6745, "c": 0.0, "d": 0.6745, "e": 4.7215})
     assert modified_z({"a": 5, "b": 5, "c": 1}) == {"a": 0.0, "b": 0.0, "c": float("-inf")}
     assert modified_z({}) == {}
+
+
+def test_median_without_one_value_equals_the_median_of_the_others():
+    rng = random.Random(13)
+    for n in range(1, 40):
+        values = [rng.choice([0.5, 1.0, 1.0, 2.0, rng.random()]) for _ in range(n)]
+        ordered = sorted(values)
+        for i, v in enumerate(values):
+            others = values[:i] + values[i + 1:]
+            expected = statistics.median(others) if others else None
+            assert median_without(ordered, v) == expected, (values, v)
+    assert median_without([1.0, 2.0, 7.0], 7.0) == 1.5
+    with pytest.raises(ValueError, match="3.0 is not among"):
+        median_without([1.0, 2.0], 3.0)
 
 
 def test_slow_needs_both_the_z_score_and_the_ratio_or_a_floor():
@@ -94,6 +112,20 @@ def test_nodes_slow_both_ways_explain_the_directions_into_them_too():
     assert len(slow["explained"]) == 2 * 2 * 9 - 2  # every direction to or from n2 or n7, once each
 
 
+def test_a_healthy_node_with_most_partners_slow_is_judged_again_without_them():
+    # 20 nodes in a ring plus the pair n4-n14; n3 and n5 are slow both ways (a NIC at a tenth of
+    # the speed). Two of n4's three partners are slow, so its median is theirs: before the
+    # second pass (issue 13) n4 was named too.
+    speed = {f"n{i}": 0.1 if i in (3, 5) else 1.0 + i / 100 for i in range(20)}
+    pairs = [(f"n{i}", f"n{(i + 1) % 20}") for i in range(20)] + [("n4", "n14")]
+    rates = {(s, d): min(speed[s], speed[d]) for a, b in pairs for s, d in ((a, b), (b, a))}
+    slow = slow_bandwidth(rates)
+    assert set(slow["nodes"]) == {"n3", "n5"}, slow["nodes"]
+    assert slow["links"] == {}
+    # n4's directions to and from n3 and n5 are the slow nodes' doing
+    assert slow["explained"][("n4", "n3")] == "n3" and slow["explained"][("n5", "n4")] == "n5"
+
+
 def test_classify_node_bad_in_every_pairing_link_bad_in_one():
     tested = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("a", "d")]
     assert classify(tested, [("a", "b"), ("b", "c")]) == {"nodes": ["b"], "links": [], "suspects": []}
@@ -140,6 +172,27 @@ def test_a_bad_link_fails_one_pairing_only():
     hosts = [f"n{i}" for i in range(6)]
     verdict, _ = drive(hosts, lambda g: ("HANG", None) if set(g) == {"n2", "n3"} else ("PASS", 1.0))
     assert verdict["nodes"] == [] and verdict["links"] == [["n2", "n3"]]
+
+
+def test_a_healthy_node_between_two_bad_ones_is_re_paired_and_cleared():
+    # ring n0..n7: n3 and n5 are dead, n4 between them is healthy but bad in both ring pairings
+    hosts = [f"n{i}" for i in range(8)]
+    dead = {"n3", "n5"}
+    verdict, history = drive(hosts, lambda g: ("HANG", None) if dead & set(g) else ("PASS", 1.0))
+    assert [h["stage"] for h in history] == ["pairs", "pairs", "confirm"]
+    # the three in doubt (each beside another named node), each with its own node that passed
+    confirm = history[-1]["groups"]
+    assert [g["hosts"][0] for g in confirm] == ["n3", "n4", "n5"]
+    assert all(g["hosts"][1] in {"n0", "n1", "n2", "n6", "n7"} for g in confirm)  # each passed a pairing
+    assert len({g["hosts"][1] for g in confirm}) == 3
+    assert verdict["nodes"] == ["n3", "n5"] and verdict["links"] == []
+    assert "n4 passed when paired with a node that passed" in verdict["message"]
+
+
+def test_a_single_bad_node_needs_no_confirm_round():
+    hosts = [f"n{i}" for i in range(8)]
+    verdict, history = drive(hosts, lambda g: ("PASS", 0.02 if "n3" in g else 1.0))
+    assert [h["stage"] for h in history] == ["pairs", "pairs"] and verdict["nodes"] == ["n3"]
 
 
 def test_when_every_pair_passes_bisect_narrows_to_the_failing_small_group():
