@@ -12,7 +12,10 @@ Per size it prints:
   collective blame (blame.collective_plan, round after round until its verdict):
   rounds, how often exactly the bad nodes were named, how often a healthy node was named;
 - the controller's CPU time for those judgements, per call, and the network judgement's as a
-  ratio to the smallest size (the growth, side by side in one run).
+  ratio to the smallest size (the growth, side by side in one run);
+- the network probe's rounds (scheduled and re-paired) and its wall time: rounds x
+  --net-round-s (measured on the local cluster) + the judgement's CPU; with --coll-round-s, the
+  collective blame's the same way.
 
 The model: every node's bandwidth is 1.0 x lognormal(0, --noise); one direction measures
 min(sender, receiver) x lognormal(0, --noise); a group's busbw is the minimum over its nodes
@@ -36,8 +39,9 @@ from ansible.module_utils.ncclprep import blame, schedule  # noqa: E402
 SLOW = 0.1
 
 
-def network_verdict(n: int, bad: set[int], rng: random.Random, noise: float) -> tuple[set[str], float]:
-    """Nodes the network probe's bandwidth judgement names, and the controller's CPU seconds.
+def network_verdict(n: int, bad: set[int], rng: random.Random, noise: float) -> tuple[set[str], float, int]:
+    """Nodes the network probe's bandwidth judgement names, the controller's CPU seconds, and
+    the rounds of pairs measured (scheduled and re-paired).
 
     As netprobe.py and checks/network.py judge: the scheduled rounds; the suspects (the nodes of
     every direction blame.slow_bandwidth finds slow) re-paired with 2 good nodes each
@@ -53,7 +57,9 @@ def network_verdict(n: int, bad: set[int], rng: random.Random, noise: float) -> 
                 rates[(f"n{src}", f"n{dst}")] = min(rates.get((f"n{src}", f"n{dst}"), v), v)
 
     rates: dict = {}
-    measure([p for rnd in schedule.pair_schedule(n, 2, seed="bench") for p in rnd], rates)
+    scheduled = schedule.pair_schedule(n, 2, seed="bench")
+    n_rounds = len(scheduled)
+    measure([p for rnd in scheduled for p in rnd], rates)
     start = time.process_time()
     first = blame.slow_bandwidth(rates)
     cpu = time.process_time() - start
@@ -61,14 +67,15 @@ def network_verdict(n: int, bad: set[int], rng: random.Random, noise: float) -> 
     if suspects:
         met = [(int(a[1:]), int(b[1:])) for a, b in rates]
         good = [i for i in range(n) if i not in suspects]
-        measure([p for rnd in schedule.repair_rounds(sorted(suspects), good, met, 2, seed="bench") for p in rnd],
-                rates)
+        repair = schedule.repair_rounds(sorted(suspects), good, met, 2, seed="bench")
+        n_rounds += len(repair)
+        measure([p for rnd in repair for p in rnd], rates)
     start = time.process_time()
     final = blame.slow_bandwidth(rates)
     found = blame.classify({tuple(sorted(k)) for k in rates}, {tuple(sorted(k)) for k in final["links"]})
     cpu += time.process_time() - start
     named = set(final["nodes"]) | set(found["nodes"]) | {h for link in found["links"] for h in link}
-    return named, cpu
+    return named, cpu, n_rounds
 
 
 def collective_verdict(n: int, bad: set[int], dead: set[int], rng: random.Random,
@@ -102,6 +109,12 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10, help="random networks per size and bad count (default 10)")
     ap.add_argument("--noise", type=float, default=0.05, help="lognormal sigma of every measurement (default 0.05)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--net-round-s", type=float, default=0.96,
+                    help="wall seconds of one round of the network probe (default 0.96: net_probe's elapsed_s "
+                         "3.83 s over its 4 rounds at 8 local nodes, docs/benchmarks.md)")
+    ap.add_argument("--coll-round-s", type=float, default=None,
+                    help="wall seconds of one round of the collective blame (measured: docs/scale.md); "
+                         "with it, the collective blame's wall time is printed too")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     bads = [int(b) for b in args.bad.split(",")]
@@ -118,16 +131,18 @@ def main() -> int:
         print(f"{n:6d} {len(rounds):6d} {sum(len(r) for r in rounds):7d} {max(per_node.values()):8d}")
     print(f"\n{'nodes':>6s} {'bad':>4s} | {'net exact':>9s} {'net healthy named':>17s} {'net cpu s':>9s} | "
           f"{'coll rounds':>11s} {'coll exact':>10s} {'coll healthy named':>18s} {'coll cpu s':>10s} | "
-          f"{'net cpu x smallest':>18s}")
+          f"{'net cpu x smallest':>18s} | {'net rounds':>10s} {'net wall s':>10s}"
+          + (f" {'coll wall s':>11s}" if args.coll_round_s else ""))
     for n in sizes:
         for b in bads:
             net_ok = net_fp = coll_ok = coll_fp = 0
-            net_cpu, coll_cpu, coll_rounds = [], [], []
+            net_cpu, coll_cpu, coll_rounds, net_rounds = [], [], [], []
             for _ in range(args.trials):
                 bad = set(rng.sample(range(n), b))
                 dead = set(sorted(bad)[: b // 2])
                 truth = {f"n{i}" for i in bad}
-                named, cpu = network_verdict(n, bad, rng, args.noise)
+                named, cpu, rounds = network_verdict(n, bad, rng, args.noise)
+                net_rounds.append(rounds)
                 net_ok += named == truth
                 net_fp += bool(named - truth)
                 net_cpu.append(cpu)
@@ -140,8 +155,11 @@ def main() -> int:
             base = base_cpu.setdefault(b, statistics.median(net_cpu))
             print(f"{n:6d} {b:4d} | {net_ok / t:9.0%} {net_fp / t:17.0%} {statistics.median(net_cpu):9.3f} | "
                   f"{statistics.median(coll_rounds):11g} {coll_ok / t:10.0%} {coll_fp / t:18.0%} "
-                  f"{statistics.median(coll_cpu):10.3f} | {statistics.median(net_cpu) / max(base, 1e-9):18.1f}",
-                  flush=True)
+                  f"{statistics.median(coll_cpu):10.3f} | {statistics.median(net_cpu) / max(base, 1e-9):18.1f} | "
+                  f"{statistics.median(net_rounds):10g} "
+                  f"{statistics.median(net_rounds) * args.net_round_s + statistics.median(net_cpu):10.1f}"
+                  + (f" {statistics.median(coll_rounds) * args.coll_round_s + statistics.median(coll_cpu):11.1f}"
+                     if args.coll_round_s else ""), flush=True)
     return 0
 
 

@@ -30,7 +30,8 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import benchlib
+
 ACCUMULATION = 4
 VARIANTS = {
     "plain": (25, ["--sync-every-micro-batch"]),
@@ -46,16 +47,12 @@ def one_run(inventory: str, group: str, name: str, steps: int, width: int, timeo
     args = {"rdzv_id": f"bench-{name.replace(' ', '-')}-{time.time_ns()}", "steps": steps,
             "accumulation": ACCUMULATION, "bucket_mb": bucket_mb, "timeout": timeout,
             "job_args": ["--width", str(width), "--log-every", str(steps), *extra]}
-    bin_dir = os.path.dirname(sys.executable)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
-    out = subprocess.run([os.path.join(bin_dir, "ansible"), group, "-i", inventory, "-m", "torchrun_smoke",
-                          "-a", json.dumps(args)], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=timeout + 120)
+    out = benchlib.run([os.path.join(benchlib.BIN, "ansible"), group, "-i", inventory, "-m", "torchrun_smoke",
+                        "-a", json.dumps(args)], timeout=timeout + 120, json_out=True)
     try:
-        hosts = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]
-    except (ValueError, KeyError, IndexError) as exc:
-        raise RuntimeError(f"{name}: no result from ansible (rc {out.returncode}): {out.stderr[-500:]}") from exc
+        hosts = out.json()["plays"][0]["tasks"][0]["hosts"]
+    except (RuntimeError, KeyError, IndexError) as exc:
+        raise RuntimeError(f"{name}: no result from ansible (rc {out.rc}): {out.stderr[-500:]}") from exc
     workers = []
     for host, res in sorted(hosts.items()):
         smoke = res.get("smoke") or {}

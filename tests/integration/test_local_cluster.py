@@ -32,11 +32,12 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     first = playbook("site")
     assert first.returncode == 0
     STATE["provisioned"] = True
-    second = playbook("site")
-    assert second.returncode == 0
-    counters = recap(second.stdout)
-    assert set(NODES) <= set(counters)
-    assert {h: counters[h]["changed"] for h in NODES} == {h: 0 for h in NODES}
+    # the re-run is bench/provision.py's (issue 13): it fails on any change and prints where the time goes
+    second = run([os.path.join(BIN, "python"), "bench/provision.py", "--no-cluster", "--reruns", "1"], timeout=900)
+    assert second.returncode == 0, second.stderr
+    assert re.search(rf"^run 1 re-run +[\d.]+ s  hosts {len(NODES)} changed 0 failed 0 ", second.stdout, re.M)
+    by_role = second.stdout.split("re-run by role")[1].split("longest tasks")[0]
+    assert {"nccl_env", "sysctl_tuning", "ssh_trust"} <= set(re.findall(r"^ +[\d.]+  (\w+)$", by_role, re.M))
     # check mode on the provisioned cluster: nothing would change
     checked = playbook("site", extra=("--check",))
     assert checked.returncode == 0
@@ -99,6 +100,27 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     # busbw of all five collectives (reduce_scatter natively on this torch's gloo)
     assert sorted(data["collectives"]) == ["all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter"]
     assert all(r["busbw_gbps"] > 0 for rows in data["collectives"].values() for r in rows)
+
+
+def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():
+    """A short run of bench/preflight.py and bench/fidelity.py (issue 13) on the provisioned cluster."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the test before"
+    bench = run([os.path.join(BIN, "python"), "bench/preflight.py", "--no-cluster", "--sizes", str(len(NODES)),
+                 "--runs", "1"], timeout=600)
+    assert bench.returncode == 0, bench.stderr
+    header, row = [line.split() for line in bench.stdout.splitlines() if re.match(r"^(nodes| +\d+ )", line)][-2:]
+    cells = dict(zip(header[:2] + header[3:11], [row[0], row[1]] + row[2:10], strict=True))
+    assert cells["nodes"] == str(len(NODES))
+    stages = {k: float(v) for k, v in cells.items() if k not in ("nodes", "wall")}
+    # every stage ran, and they add up to the wall time
+    assert all(stages[s] > 0 for s in ("facts", "checks", "net_probe", "nccl_probe", "torchrun", "report"))
+    assert sum(stages.values()) == pytest.approx(float(cells["wall"]), abs=0.6)
+    fid = run([os.path.join(BIN, "python"), "bench/fidelity.py", "--runs", "1", "--variants", "preflight",
+               "--tcp-seconds", "0.5"], timeout=600)
+    assert fid.returncode == 0, fid.stderr
+    m = re.search(r"^preflight +([\d.]+) +([\d.]+) +([\d.]+)$", fid.stdout, re.M)
+    busbw, tcp, ratio = (float(x) for x in m.groups())
+    assert busbw > 0 and tcp > 0 and ratio == pytest.approx(busbw / tcp, abs=0.02)
 
 
 def browser() -> str:

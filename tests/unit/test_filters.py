@@ -1,17 +1,11 @@
 """Filter functions called directly (the plugin file imported as Ansible would)."""
 
-import importlib.util
-import os
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from conftest import load_source
 
-import ncclprep
-
-_spec = importlib.util.spec_from_file_location(
-    "ncclprep_filters", os.path.join(ncclprep.REPO_ROOT, "filter_plugins", "ncclprep.py"))
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+filters = load_source("ncclprep_filters", "filter_plugins/ncclprep.py")
 F = filters.FilterModule().filters()
 
 FACTS = {"interfaces": ["lo", "eth0", "bond0"], "lo": {"ipv4": {"address": "127.0.0.1"}, "mtu": 65536},

@@ -4,16 +4,12 @@ loopback."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import socket
 import threading
 
-from conftest import REPO
+from conftest import load_source
 
-_spec = importlib.util.spec_from_file_location("node_facts", os.path.join(REPO, "library", "node_facts.py"))
-node_facts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(node_facts)
+node_facts = load_source("node_facts", "library/node_facts.py")
 
 
 def free_port() -> int:

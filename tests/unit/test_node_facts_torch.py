@@ -4,18 +4,14 @@ torch package on disk run by a real python (its __init__ cannot be imported)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import stat
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import load_source
 
-_spec = importlib.util.spec_from_file_location("node_facts", os.path.join(REPO, "library", "node_facts.py"))
-node_facts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(node_facts)
+node_facts = load_source("node_facts", "library/node_facts.py")
 
 VERSION_PY = """from typing import Optional
 

@@ -4,7 +4,6 @@ typed shape, one intent key per concern of the registry; then evaluated by clust
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.ncclprep.checks import HostRecord, build_record
 from ansible.module_utils.ncclprep.checks.model import RESULT_VARS
+from conftest import load_source
 
 import ncclprep
 
@@ -30,10 +30,7 @@ REPORT_YML = os.path.join(REPO, "roles", "preflight", "tasks", "report.yml")
 with open(CONCERNS_FILE, encoding="utf-8") as _fh:
     CONCERNS = [c["name"] for c in yaml.safe_load(_fh)["ncclprep_concerns"]]
 
-_spec = importlib.util.spec_from_file_location(
-    "ncclprep_records_filters", os.path.join(REPO, "filter_plugins", "records.py"))
-records_filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(records_filters)
+records_filters = load_source("ncclprep_records_filters", "filter_plugins/records.py")
 host_records = records_filters.FilterModule().filters()["ncclprep_host_records"]
 
 HINTS = typing.get_type_hints(HostRecord)

@@ -8,20 +8,18 @@ null); ``default: null`` is never written.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import textwrap
 from typing import Any
 
 import pytest
 import yaml
+from conftest import load_source
 
 import ncclprep
 
 REPO = ncclprep.REPO_ROOT
-_spec = importlib.util.spec_from_file_location("role_docs", os.path.join(REPO, "scripts", "role_docs.py"))
-role_docs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(role_docs)
+role_docs = load_source("role_docs", "scripts/role_docs.py")
 
 ROLES_DIR = os.path.join(REPO, "roles")
 ROLES = role_docs.spec_roles(ROLES_DIR)

@@ -1,0 +1,87 @@
+"""What the benchmarks share (bench/benchlib.py) and how each splits a run: a real playbook on
+localhost read back through the ansible.posix.json callback, its tasks' times and files, the
+stages summing to the wall time. The benchmarks themselves run on the local cluster (a short
+run of each in tests/integration)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from conftest import REPO, load_source
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+benchlib = load_source("benchlib", "bench/benchlib.py")
+preflight = load_source("bench_preflight", "bench/preflight.py")
+provision = load_source("bench_provision", "bench/provision.py")
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: first
+      ansible.builtin.command: sleep 0.3
+      changed_when: false
+    - name: second
+      ansible.builtin.command: sleep 0.6
+    - name: third
+      ansible.builtin.debug: {msg: hi}
+"""
+
+
+@pytest.fixture(scope="module")
+def localhost_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "play.yml"
+    path.write_text(PLAYBOOK)
+    run = benchlib.run([os.path.join(benchlib.BIN, "ansible-playbook"), str(path), "-i", "localhost,",
+                        "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"],
+                       timeout=120, json_out=True)
+    assert run.rc == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return run, str(path)
+
+
+def test_task_times_read_each_task_its_file_and_what_changed(localhost_run):
+    run, path = localhost_run
+    tasks = benchlib.task_times(run.json())
+    assert [t["name"] for t in tasks] == ["first", "second", "third"]
+    assert [t["path"].rsplit(":", 1)[0] for t in tasks] == [path] * 3
+    assert [t["changed"] for t in tasks] == [[], ["localhost"], []]
+    assert all(t["failed"] == [] for t in tasks)
+    # the commands slept 0.3 and 0.6 s
+    assert tasks[0]["end"] - tasks[0]["start"] >= 0.3 and tasks[1]["end"] - tasks[1]["start"] >= 0.6
+    assert benchlib.recap(run)["localhost"]["changed"] == 1
+    assert run.cpu_s > 0 and run.maxrss_bytes > 10e6
+
+
+def test_stages_sum_to_the_wall_time_and_a_shared_task_counts_to_the_stage_before(localhost_run):
+    run, _ = localhost_run
+    stage = {"first": "a", "second": None, "third": "b"}
+    stages, tasks = benchlib.stage_times(run, lambda t: stage[t["name"]])
+    assert set(stages) == {"start", "a", "b", "exit"}
+    assert sum(stages.values()) == pytest.approx(run.wall_s, abs=1e-6)
+    # "second" (no stage of its own) is charged to "a": at least both sleeps
+    assert stages["a"] >= 0.9
+    assert [round(t["seconds"], 3) >= 0 for t in tasks] == [True] * 3
+
+
+def test_the_preflight_stages_come_from_the_role_files():
+    def task(name, path):
+        return {"name": name, "path": f"{REPO}/{path}:3"}
+
+    assert preflight.stage_of(task("Gathering Facts", "playbooks/validate.yml")) == "facts"
+    assert preflight.stage_of(task("x", "roles/preflight/tasks/facts.yml")) == "facts"
+    # a concern's own facts.yml, included by the preflight's concerns.yml, is a check's input
+    assert preflight.stage_of(task("x", "roles/nic_mtu/tasks/facts.yml")) == "checks"
+    assert preflight.stage_of(task("x", "roles/preflight/tasks/net.yml")) == "net_probe"
+    assert preflight.stage_of(task("x", "roles/preflight/tasks/blame.yml")) == "nccl_probe"
+    assert preflight.stage_of(task("x", "roles/preflight/tasks/wait_job.yml")) is None
+    assert preflight.stage_of(task("preflight : Read the port error counters again",
+                                   "roles/preflight/tasks/main.yml")) == "checks"
+    assert provision.role_of(task("x", "roles/nic_mtu/tasks/main.yml")) == "nic_mtu"
+    assert provision.role_of(task("x", "playbooks/site.yml")) == "site.yml"
+
+
+def test_nodes_cpu_is_none_or_a_count_of_seconds():
+    cpu = benchlib.nodes_cpu_s()
+    assert cpu is None or cpu >= 0
