@@ -41,6 +41,14 @@ class Run:
         self.stdout, self.stderr, self.started = stdout, stderr, started
         self.nodes_cpu_s: float | None = None
 
+    def save(self, folder: str | None, name: str) -> None:
+        """Keep the ansible.posix.json document as FOLDER/NAME.json (created); nothing when
+        ``folder`` is None (a benchmark's --save not given)."""
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"{name}.json"), "w", encoding="utf-8") as fh:
+                fh.write(self.stdout)
+
     def json(self) -> dict:
         """The ansible.posix.json callback's document; raises RuntimeError with the output's tail."""
         try:

@@ -111,11 +111,7 @@ def main() -> int:
                         failures = [f"{t['name']}: {', '.join(t['failed'])}" for t in tasks if t["failed"]]
                         sys.stderr.write("\n".join(failures))
                     results[n][name].append((run, stages, tasks))
-                    if args.save:
-                        os.makedirs(args.save, exist_ok=True)
-                        name_json = os.path.join(args.save, f"{n}-nodes-{name}-{r + 1}.json")
-                        with open(name_json, "w", encoding="utf-8") as fh:
-                            fh.write(run.stdout)
+                    run.save(args.save, f"{n}-nodes-{name}-{r + 1}")
                     print(f"{n} nodes run {r + 1} {name:8s} {run.wall_s:6.1f} s rc={run.rc} "
                           + " ".join(f"{s}={stages.get(s, 0):.1f}" for s in STAGES), flush=True)
     print()

@@ -78,10 +78,7 @@ def measure(args: argparse.Namespace, other: str | None) -> int:
     for i, kind in enumerate(plan):
         root = other if kind == "re-run REV" else benchlib.REPO
         run = benchlib.playbook("site", args.inventory, timeout=args.timeout, root=root)
-        if args.save:
-            os.makedirs(args.save, exist_ok=True)
-            with open(os.path.join(args.save, f"site-{i + 1}-{kind}.json"), "w", encoding="utf-8") as fh:
-                fh.write(run.stdout)
+        run.save(args.save, f"site-{i + 1}-{kind}")
         stats = benchlib.recap(run)
         changed = sum(h.get("changed", 0) for h in stats.values())
         failed = sum(h.get("failures", 0) + h.get("unreachable", 0) for h in stats.values())

@@ -54,6 +54,14 @@ def test_task_times_read_each_task_its_file_and_what_changed(localhost_run):
     assert run.cpu_s > 0 and run.maxrss_bytes > 10e6
 
 
+def test_a_run_is_saved_as_its_json_document_only_when_asked(localhost_run, tmp_path):
+    run, _ = localhost_run
+    run.save(None, "x")
+    run.save(str(tmp_path / "docs"), "site-1-first")
+    assert (tmp_path / "docs" / "site-1-first.json").read_text() == run.stdout
+    assert list(tmp_path.iterdir()) == [tmp_path / "docs"]
+
+
 def test_stages_sum_to_the_wall_time_and_a_shared_task_counts_to_the_stage_before(localhost_run):
     run, _ = localhost_run
     stage = {"first": "a", "second": None, "third": "b"}
