@@ -9,6 +9,7 @@ arrangement used by the CLI and the tests as well).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -31,6 +32,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     iface_for_cidr,
     parse_cidr,
 )
+from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
 from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
 from ansible.module_utils.ncclprep.sysctl import HOST_GLOBAL, check_value, normalize  # noqa: E402
 # isort: on
@@ -264,6 +266,13 @@ def ssh_targets(members: dict, me: str, alive: list, limit=None, seed: str = "")
     return out
 
 
+def net_min_deadline(join_timeout, connect_timeout, step_timeout, bandwidth_seconds, mtu=None) -> int:
+    """netprobe.min_deadline rounded up to whole seconds: the shortest preflight_net_timeout
+    under which a node lost mid-run is named rather than every probe killed at the deadline."""
+    return math.ceil(min_deadline(float(join_timeout), float(connect_timeout), float(step_timeout),
+                                  float(bandwidth_seconds), None if mtu is None else int(mtu)))
+
+
 def managed(entries: list | None, kind: str | None = None, concern: str | None = None) -> list[dict]:
     """drift.managed_entries: a ``<role>_managed_files`` list's entries that apply on this host.
 
@@ -298,4 +307,5 @@ class FilterModule:
             "ncclprep_firewall_errors": firewall_errors,
             "ncclprep_cidr_errors": cidr_errors,
             "ncclprep_managed": managed,
+            "ncclprep_net_min_deadline": net_min_deadline,
         }

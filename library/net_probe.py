@@ -66,7 +66,12 @@ options:
   join_timeout: {type: int, default: 30, description: Seconds to wait for every host to arrive.}
   step_timeout: {type: float, default: 2, description: Seconds each connect, echo or reply may take.}
   connect_timeout: {type: float, default: 1, description: Seconds a port connect may take before it counts as filtered.}
-  timeout: {type: int, default: 120, description: Hard deadline in seconds for the whole probe.}
+  timeout:
+    type: int
+    default: 120
+    description: >-
+      Hard deadline in seconds for the whole probe; refused below join_timeout plus one round's deadline
+      plus 10 s (a node lost mid-run would get every node's probe killed instead of named).
 author: ncclprep contributors
 """
 
@@ -111,11 +116,12 @@ net:
     elapsed_s: {type: float, description: Seconds the probe took.}
 """
 
+import math
 import sys
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
-from ansible.module_utils.ncclprep.netprobe import run_node
+from ansible.module_utils.ncclprep.netprobe import ROUND_CLOSE_SLACK_S, min_deadline, run_node
 
 try:
     import torch.distributed  # noqa: F401  (the store)
@@ -151,6 +157,11 @@ def bad_input(p: dict, host: str) -> str | None:
         return f"{host}: slow_z={p['slow_z']} must be < 0 and slow_ratio={p['slow_ratio']} in (0, 1]"
     if p["join_timeout"] >= p["timeout"]:
         return f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
+    least = min_deadline(p["join_timeout"], p["connect_timeout"], p["step_timeout"], p["bandwidth_seconds"], p["mtu"])
+    if p["timeout"] < least:
+        return (f"{host}: timeout={p['timeout']} is below {math.ceil(least)} s, the join ({p['join_timeout']} s) "
+                f"plus one round's deadline and {ROUND_CLOSE_SLACK_S} s: a node lost mid-run would get every "
+                "node's probe killed instead of being named")
     return None
 
 

@@ -56,6 +56,7 @@ MIN_MTU = 576
 PING = 8  # bytes per latency message
 CHUNK = 256 * 1024  # bytes per send of the bandwidth stream
 VERDICTS = ("open", "filtered", "refused", "no route", "hang")
+ROUND_CLOSE_SLACK_S = 10  # seconds a node waits for the first node's end of a round beyond the round's deadline
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -497,6 +498,24 @@ def direction_seconds(connect_timeout: float, step_timeout: float, bandwidth_sec
     return 2 * connect_timeout + 2 * tests
 
 
+def round_seconds(connect_timeout: float, step_timeout: float, bandwidth_seconds: float, mtu: int | None) -> float:
+    """The deadline of one round (seconds): the higher rank of a pair waits for the lower
+    rank's direction, then measures its own (each up to ``direction_seconds``), plus 3 s for
+    the store's round trips."""
+    return 2 * direction_seconds(connect_timeout, step_timeout, bandwidth_seconds, mtu) + 3
+
+
+def min_deadline(join_timeout: float, connect_timeout: float, step_timeout: float, bandwidth_seconds: float,
+                 mtu: int | None) -> float:
+    """The shortest whole-probe deadline (seconds) under which a node lost mid-run is named
+    (gone) rather than every node's probe killed at the deadline: the join, one round that
+    waits out its deadline for the lost node, and ``ROUND_CLOSE_SLACK_S`` for the rounds
+    after it (on a healthy cluster each takes well under a second of store round trips plus
+    the measuring). Seen on the local cluster (CI, 2026-12-02): at a 60 s deadline against
+    20 + 45.6 + 10 s, a node frozen mid-run got every other node's probe killed."""
+    return join_timeout + round_seconds(connect_timeout, step_timeout, bandwidth_seconds, mtu) + ROUND_CLOSE_SLACK_S
+
+
 # ---------------------------------------------------------------- the worker
 
 def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_port: int, listen_port: int,
@@ -521,7 +540,7 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     me, my_addr = hosts[rank], addresses[rank]
     sample = sorted(set(int(p) for p in ports) | set(port_sample(ephemeral_range, ephemeral_sample, seed,
                                                                  exclude=[store_port, listen_port])))
-    round_timeout = 2 * direction_seconds(connect_timeout, step_timeout, bandwidth_seconds, mtu) + 3
+    round_timeout = round_seconds(connect_timeout, step_timeout, bandwidth_seconds, mtu)
     progress.stage("listen", rank=rank)
     listener = Listener(my_addr, listen_port, token, [a for a in addresses if a != my_addr], sample, step_timeout)
     present: list[int] = []
@@ -538,7 +557,10 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
 
         def run_rounds(phase: int, rounds: list[list[tuple[int, int]]]) -> None:
             for i, rnd in enumerate(rounds):
+                if rank in gone:  # the first node gave up on this node: it leaves the run
+                    return
                 progress.stage(f"phase {phase} round {i + 1}/{len(rounds)}", rank=rank)
+                started = time.monotonic()
                 peer = partner(rnd, rank)
                 tag = f"p{phase}/r{i}"
                 if peer is not None and peer not in gone:
@@ -550,10 +572,8 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
                     links.append(dict(row, src=me, dst=hosts[peer], phase=phase, round=i + 1))
                     store.set(f"{tag}/half/{rank}", "1")
                 store.set(f"{tag}/done/{rank}", "1")
-                waiting = [r for r in present if r not in gone]
-                if not _wait(store, [f"{tag}/done/{r}" for r in waiting], round_timeout):
-                    # a node stopped answering: it leaves the run
-                    gone.update(r for r in waiting if not store.check([f"{tag}/done/{r}"]))
+                gone.update(_close_round(store, tag, rank, [r for r in present if r not in gone],
+                                         started + round_timeout))
 
         first = [[(present[a], present[b]) for a, b in rnd]
                  for rnd in pair_schedule(len(present), matchings, seed, every_pair)]
@@ -566,7 +586,7 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
         second = []
         if _wait(store, ["phase2"], round_timeout * 2):
             second = [[tuple(p) for p in rnd] for rnd in json.loads(store.get("phase2"))]
-        if second:
+        if second and rank in present:
             run_rounds(2, second)
         progress.stage("done", rank=rank)
         store.set(f"final/{rank}", "1")
@@ -603,6 +623,27 @@ def _store(dist, rank: int, world: int, addresses: list[str], port: int, timeout
     sock.bind((addresses[0], port))
     sock.listen(512)
     return dist.TCPStore(addresses[0], port, world, True, master_listen_fd=sock.fileno(), **kw), sock
+
+
+def _close_round(store, tag: str, rank: int, waiting: list[int], deadline: float) -> list[int]:
+    """The end of round ``tag``, decided once by rank 0 so that every node sees the same nodes
+    leave (the same schedule after it, the same ``gone_hosts``): rank 0 waits until
+    ``deadline`` (its ``time.monotonic()``: the round's start plus the round's deadline) for
+    every rank in ``waiting`` to finish the round, and publishes those that did not as
+    ``<tag>/gone``. The other ranks wait for that decision, which comes at most
+    ``ROUND_CLOSE_SLACK_S`` after their own deadline (they started the round after rank 0
+    published the previous one). Returns the ranks that left in this round. Raises
+    RuntimeError when no decision comes (the store's host stopped answering)."""
+    if rank == 0:
+        keys = [f"{tag}/done/{r}" for r in waiting]
+        left = [] if _wait(store, keys, max(0.0, deadline - time.monotonic())) else [
+            r for r in waiting if not store.check([f"{tag}/done/{r}"])]
+        store.set(f"{tag}/gone", json.dumps(left))
+        return left
+    wait_s = max(0.0, deadline - time.monotonic()) + ROUND_CLOSE_SLACK_S
+    if not _wait(store, [f"{tag}/gone"], wait_s):
+        raise RuntimeError(f"the first node decided no end of round {tag} within {wait_s:.0f} s (timeout)")
+    return json.loads(store.get(f"{tag}/gone"))
 
 
 def _wait(store, keys: list[str], timeout_s: float) -> bool:
@@ -643,10 +684,11 @@ def _second_phase(store, hosts: list[str], present: list[int], gone: set[int], r
     for r in present:
         if r not in gone and store.check([f"res1/{r}"]):
             rows.extend(json.loads(store.get(f"res1/{r}")))
-    bad = link_problems(rows, **limits)
+    rank_of = {h: r for r, h in enumerate(hosts)}
+    # a direction to a node that left is that node's (net.run names it), not a suspect link
+    bad = [pair for pair in link_problems(rows, **limits) if not {rank_of[h] for h in pair} & gone]
     if not repair or not bad:
         return []
-    rank_of = {h: r for r, h in enumerate(hosts)}
     suspects = {rank_of[h] for pair in bad for h in pair} - gone
     good = [r for r in present if r not in suspects and r not in gone]
     met = [(rank_of[x["src"]], rank_of[x["dst"]]) for x in rows]

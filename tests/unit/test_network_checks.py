@@ -346,3 +346,42 @@ def test_a_gpu_missing_on_one_node_or_hidden_from_torch_is_named():
     (ok,) = check_gpus({h: rec(8, 8) for h in HOSTS})
     assert ok["status"] == "PASS" and ok["measured"] == 8
     assert check_gpus({h: rec(0, 0) for h in HOSTS}) == []
+
+
+def killed(host, stage="phase 1 round 2/3", timeout=60):
+    """A net record as outcome_fields writes it for a worker killed at its deadline."""
+    return {"status": "HANG", "host": host, "hosts": HOSTS, "stage": stage, "missing_hosts": [], "gone_hosts": [],
+            "error": f"no progress past '{stage}' within {timeout} s"}
+
+
+def test_a_store_lost_because_its_host_was_killed_at_the_deadline_is_not_the_losers():
+    """As a clean-clone CI run saw it (4 nodes, node3 paused mid-probe): node1 (the store's
+    host) and node4 were killed at the 60 s deadline while node2, which had seen node3 go,
+    lost the store. node3 alone is to blame, not node2."""
+    hosts = ["node1", "node2", "node3", "node4"]
+    recs = {"node1": {"net": dict(killed("node1"), hosts=hosts)},
+            "node2": {"net": {"status": "HANG", "host": "node2", "hosts": hosts, "stage": "store",
+                              "present": hosts, "missing_hosts": [], "gone_hosts": ["node3"],
+                              "store_error": "the store on node1 (10.77.29.11:29520): Failed to recv, got 0 bytes. "
+                                             "Connection was likely closed.",
+                              "links": [row("node2", "node1")]}},
+            "node3": {"net": None},
+            "node4": {"net": dict(killed("node4", "phase 1 round 1/3"), hosts=hosts)}}
+    found = bad(check_network(recs, Context(all_hosts=tuple(hosts), max_latency_us=500, slow_ratio=0.2)))
+    assert found["net.run"]["status"] == "HANG"
+    assert found["net.run"]["hosts"] == ["node3"]
+    assert found["net.run"]["measured"]["killed"] == {"node1": "phase 1 round 2/3", "node4": "phase 1 round 1/3"}
+
+
+def test_workers_killed_at_their_deadline_are_a_hang_naming_them_when_nothing_else_explains_it():
+    recs = records(all_rows())
+    recs["node2"]["net"] = killed("node2")
+    found = bad(check_network(recs, CTX))
+    assert found["net.run"]["status"] == "HANG" and found["net.run"]["hosts"] == ["node2"]
+    assert "node2's probe: no progress past 'phase 1 round 2/3' within 60 s" in found["net.run"]["message"]
+    # the store's host killed: the others' lost store is its
+    recs = records([])
+    recs["node1"]["net"] = killed("node1")
+    for h in ("node2", "node3"):
+        recs[h]["net"]["store_error"] = "the store on node1 (10.0.0.1:29520): Failed to recv, got 0 bytes."
+    assert bad(check_network(recs, CTX))["net.run"]["hosts"] == ["node1"]

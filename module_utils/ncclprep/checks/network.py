@@ -96,7 +96,10 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
 def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
     """HANG naming who never arrived, stopped answering, hung a test (classified like any bad
     link) or, for a lost store, the first node (the store's host) when every other node lost
-    it, else the nodes that did; FAIL naming hosts whose probe raised; WARN
+    it, else the nodes that did; a probe killed at its deadline (``killed``: status HANG with an
+    error, as ``deadline.outcome_fields`` writes it) is named when nothing above explains it. A
+    store lost because its host's probe was killed is the host's (or what explains the host's),
+    not the losers'. FAIL naming hosts whose probe raised; WARN
     naming the directions that passed only on a second try (rows' ``retried``, the first
     try's evidence); else PASS."""
     missing = sorted({h for n in nets.values() for h in n.get("missing_hosts") or []})
@@ -112,16 +115,25 @@ def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
     # the store's host is to blame when every other node lost it; when some reached it, those
     # that did not are (their path to it, or they came too late)
     lost = {h for h, n in nets.items() if n.get("store_error")}
-    store_blame = ({first} if first and lost >= set(nets) - {first} else lost) if store else set()
-    blame = set(missing) | set(gone) | set(hung_names) | store_blame
+    killed = {h: n.get("stage") for h, n in nets.items() if n.get("status") == "HANG" and n.get("error")}
+    explained = set(missing) | set(gone) | set(hung_names)
+    if not store:
+        store_blame = set()
+    elif first in killed or (first and lost >= set(nets) - {first}):
+        # the store went with its host: what stopped the host is to blame, else the host
+        store_blame = set() if explained else {first}
+    else:
+        store_blame = lost
+    blame = explained | store_blame | (set() if explained else set(killed))
     expected = "every node takes part and answers"
     if blame:
         parts = [f"{', '.join(missing)} never arrived" if missing else "",
                  f"{', '.join(gone)} stopped answering during the rounds" if gone else "",
                  "; ".join(sorted({f"{r['src']} -> {r['dst']}: {r['hang']}" for r in hung}))[:300],
-                 store[0] if store else ""]
+                 store[0] if store else "",
+                 "; ".join(f"{h}'s probe: {nets[h]['error']}" for h in sorted(killed))[:300]]
         return make_check("net.run", "HANG", blame, measured={"missing": missing, "gone": gone, "hung": sorted(
-            f"{r['src']} -> {r['dst']}" for r in hung), "store": store}, expected=expected,
+            f"{r['src']} -> {r['dst']}" for r in hung), "store": store, "killed": killed}, expected=expected,
             message="; ".join(p for p in parts if p), remediation=REMEDY["net.run"])
     if failed:
         return make_check("net.run", "FAIL", failed, measured=failed, expected=expected,
