@@ -6,13 +6,16 @@ The benchmarks import it as ``benchlib`` (Python puts a script's own folder firs
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime
 
 from ncclprep import REPO_ROOT as REPO
@@ -112,6 +115,21 @@ def playbook(name: str, inventory: str, extra: list[str] = (), timeout: int = 12
     a relative INVENTORY is the repository's."""
     return run([os.path.join(BIN, "ansible-playbook"), f"{name}.yml", "-i", os.path.join(REPO, inventory), *extra],
                timeout, json_out, root)
+
+
+@contextlib.contextmanager
+def worktree(rev: str) -> Iterator[str]:
+    """A checkout of git revision ``rev`` of this repository (``git worktree add --detach`` in a
+    temporary folder), for ``run(..., root=...)``; removed on leaving. Raises
+    subprocess.CalledProcessError when git cannot check ``rev`` out."""
+    with tempfile.TemporaryDirectory(prefix="ncclprep-against-") as tmp:
+        tree = os.path.join(tmp, "tree")
+        subprocess.run(["git", "worktree", "add", "--detach", tree, rev], cwd=REPO, check=True,
+                       capture_output=True, text=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
 
 
 def cluster(action: str, nodes: int | None = None, timeout: int = 900) -> None:

@@ -8,7 +8,9 @@ and how it grows, measured in one run on the local cluster.
 For each size, smallest first, the local cluster is brought to that many nodes
 (``scripts/local_cluster.sh up``, then ``grow``) and provisioned (site.yml), then validate.yml runs
 ``--runs`` times. With ``--baseline`` every run alternates with a run without the network probe
-and the drift check (issue 9's comparison).
+and the drift check (issue 9's comparison); with ``--against REV`` with a run of git revision
+REV's validate.yml, roles and modules (a worktree, removed at the end) on the same cluster, and
+the ratio of the two is printed: a change to the preflight measured side by side.
 
 Each run's time is split by stage from the ansible.posix.json callback (the role file a task comes
 from; see STAGE_OF):
@@ -62,8 +64,10 @@ def stage_of(task: dict) -> str | None:
     return "checks" if "/roles/" in path else "facts"
 
 
-def one_run(inventory: str, reports: str, extra: list[str], timeout: int) -> tuple[benchlib.Run, dict, list]:
-    run = benchlib.playbook("validate", inventory, ["-e", f"preflight_report_dir={reports}", *extra], timeout)
+def one_run(inventory: str, reports: str, extra: list[str], timeout: int,
+            root: str = benchlib.REPO) -> tuple[benchlib.Run, dict, list]:
+    run = benchlib.playbook("validate", inventory, ["-e", f"preflight_report_dir={reports}", *extra], timeout,
+                            root=root)
     stages, tasks = benchlib.stage_times(run, stage_of)
     return run, stages, tasks
 
@@ -82,14 +86,27 @@ def main() -> int:
     ap.add_argument("--target-ratio", type=float, default=1.3)
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--save", metavar="DIR", help="keep each run's ansible.posix.json document in DIR")
+    ap.add_argument("--against", metavar="REV",
+                    help="alternate every run with one of git revision REV's preflight (a worktree), "
+                         "and print the ratio")
     args = ap.parse_args()
+    if not args.against:
+        return measure(ap, args, None)
+    with benchlib.worktree(args.against) as other:
+        return measure(ap, args, other)
+
+
+def measure(ap: argparse.ArgumentParser, args: argparse.Namespace, other: str | None) -> int:
+    """The runs of main(); ``other``: the checkout of --against, or None."""
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",")})
     except ValueError:
         ap.error(f"--sizes {args.sizes!r}: comma-separated node counts, e.g. 2,4,6,8")
     if args.no_cluster and len(sizes) != 1:
         ap.error("--no-cluster measures the cluster as it is: give one size")
-    variants = {"full": [], **({"baseline": BASELINE} if args.baseline else {})}
+    # variant -> (extra arguments, checkout)
+    variants = {"full": ([], benchlib.REPO), **({"baseline": (BASELINE, benchlib.REPO)} if args.baseline else {}),
+                **({args.against: ([], other)} if other else {})}
     results: dict[int, dict[str, list]] = {}
     failed = False
     with tempfile.TemporaryDirectory(prefix="ncclprep-bench-") as reports:
@@ -103,8 +120,8 @@ def main() -> int:
                     return 1
             results[n] = {v: [] for v in variants}
             for r in range(args.runs):
-                for name, extra in variants.items():
-                    run, stages, tasks = one_run(args.inventory, reports, extra, args.timeout)
+                for name, (extra, root) in variants.items():
+                    run, stages, tasks = one_run(args.inventory, reports, extra, args.timeout, root)
                     failed |= run.rc != 0
                     if run.rc != 0:
                         sys.stderr.write(f"{n} nodes run {r + 1} {name}: rc {run.rc}\n{run.stderr[-1500:]}\n")
@@ -133,6 +150,14 @@ def main() -> int:
         if args.baseline:
             base = statistics.median(r[0].wall_s for r in by_variant["baseline"])
             print(f"      without net_probe and drift {base:.1f} s; full / baseline {med_wall[n] / base:.2f}")
+        if other:
+            rev = by_variant[args.against]
+            rev_wall = statistics.median(r[0].wall_s for r in rev)
+            rev_cpu = [statistics.median(r[0].cpu_s for r in rev),
+                       statistics.median(r[0].nodes_cpu_s or 0.0 for r in rev)]
+            print(f"      {args.against}: {rev_wall:.1f} s; this tree / {args.against}: "
+                  f"wall {med_wall[n] / rev_wall:.2f}, controller CPU {cpu / rev_cpu[0]:.2f}, nodes CPU "
+                  f"{node_cpu_s / rev_cpu[1] if rev_cpu[1] else float('nan'):.2f}")
     lo, hi = (4, 8) if {4, 8} <= set(med_wall) else (min(med_wall), max(med_wall))
     missed = []
     if lo != hi:

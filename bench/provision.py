@@ -27,9 +27,7 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
 import benchlib
 
@@ -56,17 +54,10 @@ def main() -> int:
                     help="alternate every re-run with one of git revision REV's site.yml and roles (a worktree), "
                          "and print the ratio")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="ncclprep-against-") as tmp:
-        other = None
-        if args.against:
-            other = os.path.join(tmp, "tree")
-            subprocess.run(["git", "worktree", "add", "--detach", other, args.against], cwd=benchlib.REPO,
-                           check=True, capture_output=True, text=True)
-        try:
-            return measure(args, other)
-        finally:
-            if other:
-                subprocess.run(["git", "worktree", "remove", "--force", other], cwd=benchlib.REPO, capture_output=True)
+    if not args.against:
+        return measure(args, None)
+    with benchlib.worktree(args.against) as other:
+        return measure(args, other)
 
 
 def measure(args: argparse.Namespace, other: str | None) -> int:

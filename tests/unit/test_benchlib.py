@@ -93,3 +93,16 @@ def test_the_preflight_stages_come_from_the_role_files():
 def test_nodes_cpu_is_none_or_a_count_of_seconds():
     cpu = benchlib.nodes_cpu_s()
     assert cpu is None or cpu >= 0
+
+
+def test_worktree_checks_a_revision_out_and_removes_it():
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    with benchlib.worktree("HEAD") as tree:
+        assert os.path.isfile(os.path.join(tree, "ansible.cfg"))
+        assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True,
+                              text=True).stdout.strip() == head
+    assert not os.path.exists(tree)
+    listed = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
+    assert tree not in listed
