@@ -243,6 +243,31 @@ def _stoppable(kwargs, queue):
     run_node(P(), **kwargs)
 
 
+def _freeze_one(ctx, frozen_kwargs: dict, kwargs: list[dict], deadline: float) -> dict:
+    """Run one node in a process of its own and the others under ``deadline`` (run_with_deadline);
+    freeze the first (SIGSTOP) once it starts its first round; return {rank: outcome} of the
+    others. The frozen node reports its stages on a queue of its own (frozen while writing, it
+    would hold a shared queue's lock) and is killed at the end."""
+    queue, stages = ctx.Queue(), ctx.Queue()
+    frozen = ctx.Process(target=_stoppable, args=(frozen_kwargs, stages))
+    frozen.start()
+    procs = [ctx.Process(target=_node, args=(k, deadline, queue)) for k in kwargs]
+    for p in procs:
+        p.start()
+    try:
+        while True:
+            item = stages.get(timeout=60)
+            if item[0] == "stage" and item[2].startswith("phase 1 round"):
+                os.kill(frozen.pid, signal.SIGSTOP)
+                break
+        return dict(queue.get(timeout=deadline + 30) for _ in procs)
+    finally:
+        os.kill(frozen.pid, signal.SIGKILL)
+        frozen.join(5)
+        for p in procs:
+            p.join(10)
+
+
 def _ports():
     store, listen = _free_port(), _free_port()
     for a in ADDRS:  # the listener port must be free on every address
@@ -293,29 +318,11 @@ def test_a_node_that_never_arrives_is_missing_and_one_that_freezes_is_gone():
         assert o["value"]["missing_hosts"] == ["n3"] and o["value"]["present"] == ["n1", "n2"]
     assert {(r["src"], r["dst"]) for o in out.values() for r in o["value"]["links"]} == {("n1", "n2"), ("n2", "n1")}
 
-    # n3 starts, then freezes (SIGSTOP) once it has joined the rounds; it reports its stages on
-    # a queue of its own (frozen while writing, it would hold a shared queue's lock)
+    # n3 starts, then freezes (SIGSTOP) once it has joined the rounds
     store, listen = _ports()
-    queue, stages = ctx.Queue(), ctx.Queue()
     quick = {"mtu": None, "step_timeout": 0.5, "connect_timeout": 0.3}  # a shorter round deadline
-    frozen = ctx.Process(target=_stoppable, args=(_kwargs(2, store, listen) | quick, stages))
-    frozen.start()
-    procs = [ctx.Process(target=_node, args=(_kwargs(r, store, listen) | quick, 60, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            item = stages.get(timeout=60)
-            if item[0] == "stage" and item[2].startswith("phase 1 round"):
-                os.kill(frozen.pid, signal.SIGSTOP)
-                break
-        results = dict(queue.get(timeout=60) for _ in procs)
-    finally:
-        os.kill(frozen.pid, signal.SIGKILL)
-        frozen.join(5)
-        for p in procs:
-            p.join(10)
+    results = _freeze_one(ctx, _kwargs(2, store, listen) | quick,
+                          [_kwargs(r, store, listen) | quick for r in range(2)], 60)
     for r, o in results.items():
         assert o["outcome"] == "result", o
         assert o["value"]["status"] == "HANG" and o["value"]["gone_hosts"] == ["n3"], (r, o["value"])
@@ -340,24 +347,7 @@ def test_a_node_frozen_mid_run_is_gone_alike_on_every_node_inside_the_least_dead
     kwargs = [_kwargs(r, store, listen, HOSTS4, ADDRS4) | quick for r in range(4)]
     deadline = min_deadline(8, 0.3, 0.5, 0.05, None)
     assert deadline == 8 + round_seconds(0.3, 0.5, 0.05, None) + ROUND_CLOSE_SLACK_S == pytest.approx(26.4)
-    queue, stages = ctx.Queue(), ctx.Queue()
-    frozen = ctx.Process(target=_stoppable, args=(kwargs[2], stages))
-    frozen.start()
-    procs = [ctx.Process(target=_node, args=(kwargs[r], deadline, queue)) for r in (0, 1, 3)]
-    for p in procs:
-        p.start()
-    try:
-        while True:
-            item = stages.get(timeout=60)
-            if item[0] == "stage" and item[2].startswith("phase 1 round"):
-                os.kill(frozen.pid, signal.SIGSTOP)
-                break
-        results = dict(queue.get(timeout=90) for _ in procs)
-    finally:
-        os.kill(frozen.pid, signal.SIGKILL)
-        frozen.join(5)
-        for p in procs:
-            p.join(10)
+    results = _freeze_one(ctx, kwargs[2], [kwargs[r] for r in (0, 1, 3)], deadline)
     assert {r: o["outcome"] for r, o in results.items()} == {0: "result", 1: "result", 3: "result"}, results
     for r, o in results.items():
         assert o["value"]["status"] == "HANG" and o["value"]["gone_hosts"] == ["n3"], (r, o["value"])
