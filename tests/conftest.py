@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -15,6 +16,11 @@ import ncclprep  # noqa: F401  (extends ansible.module_utils.__path__)
 
 REPO = ncclprep.REPO_ROOT
 CASES = os.environ.get("NCCLPREP_CASES", os.path.join(os.path.dirname(REPO), "shared", "cases"))
+#: This venv's bin (ansible-playbook, ansible) and the environment that runs them with the
+#: repository's ansible.cfg and the json stdout callback (one document on stdout).
+BIN = os.path.dirname(sys.executable)
+ANSIBLE_JSON_ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+                        ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
 
 
 def load_source(name: str, relpath: str):

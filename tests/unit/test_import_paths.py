@@ -8,13 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
-import ncclprep
-
-REPO = ncclprep.REPO_ROOT
-BIN = os.path.dirname(sys.executable)
-ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-           ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+from conftest import ANSIBLE_JSON_ENV as ENV
+from conftest import BIN, REPO
 
 
 def adhoc(module, args, *extra, timeout=120):

@@ -16,14 +16,9 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.ncclprep.checks import HostRecord, build_record
 from ansible.module_utils.ncclprep.checks.model import RESULT_VARS
-from conftest import load_source
+from conftest import ANSIBLE_JSON_ENV as ENV
+from conftest import BIN, REPO, load_source
 
-import ncclprep
-
-REPO = ncclprep.REPO_ROOT
-BIN = os.path.dirname(sys.executable)
-ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-           ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
 CONCERNS_FILE = os.path.join(REPO, "playbooks", "vars", "concerns.yml")
 REPORT_YML = os.path.join(REPO, "roles", "preflight", "tasks", "report.yml")
 
