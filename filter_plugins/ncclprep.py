@@ -121,15 +121,19 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
     return errors
 
 
-def nccl_env_check(env: dict, interfaces=None, host: str = "?") -> dict:
-    """Check an NCCL/Gloo/torch environment on ``host`` (see nccl_vars.check_env).
+def nccl_env_check(env: dict, interfaces=None, host: str = "?", debug=None) -> dict:
+    """Check an NCCL/Gloo/torch environment on ``host`` (see nccl_vars.check_env), and the
+    debug launch's additions ``debug`` (nccl_env_debug_settings, nulls dropped) the same way.
 
     Returns ``{"errors": [...], "warnings": [...], "effective": {...}}``; every message
-    starts with the host name; ``effective`` has deprecated names renamed.
+    starts with the host name (a debug setting's also with ``nccl_env_debug_settings``);
+    ``effective`` has deprecated names renamed.
     """
     errors, warnings, effective = check_env(env or {}, list(interfaces) if interfaces is not None else None)
-    return {"errors": [f"{host}: {e}" for e in errors], "warnings": [f"{host}: {w}" for w in warnings],
-            "effective": effective}
+    debug_errors, _, _ = check_env({k: v for k, v in (debug or {}).items() if v is not None})
+    return {"errors": [f"{host}: {e}" for e in errors]
+            + [f"{host}: nccl_env_debug_settings {e}" for e in debug_errors],
+            "warnings": [f"{host}: {w}" for w in warnings], "effective": effective}
 
 
 def cpulist_to_mask(cpus, nr_cpus: int) -> str:

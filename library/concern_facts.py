@@ -31,6 +31,7 @@ options:
     elements: str
     default: []
     description: "ssh_trust: host key types whose /etc/ssh/ssh_host_<type>_key.pub is read (host_keys)."
+  key_name: {type: str, description: "ssh_trust: the cluster key's file name under ~/.ssh (checked not to be a link)."}
   persist:
     type: str
     default: auto
@@ -85,6 +86,7 @@ def main() -> None:
             backend=dict(type="str", default="auto"),
             user=dict(type="str", default="root"),
             host_key_types=dict(type="list", elements="str", default=[]),
+            key_name=dict(type="str", no_log=False),
             persist=dict(type="str", default="auto", choices=list(readers.PERSIST)),
             netplan_file=dict(type="path"),
             timeout=dict(type="float", default=10.0),

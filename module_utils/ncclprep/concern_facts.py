@@ -15,6 +15,7 @@ import json
 import os
 import pwd
 import re
+import stat
 from collections.abc import Callable
 
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
@@ -208,21 +209,55 @@ def numa_pinning(interface: str | None, map_file: str, sysfs: str = "/sys", proc
             "installed_text": installed}
 
 
-def ssh_trust(user: str, host_key_types=(), root: str = "") -> dict:
-    """``{user, home, host_keys}``: the account's home folder from the passwd database (None: no
-    such user), and this node's host public keys as ``"<type> <base64>"`` (the first two words
-    of /etc/ssh/ssh_host_<type>_key.pub), one per type of ``host_key_types`` that has a readable
-    file, in that order: the key lines every node's known_hosts records for this node."""
+def ssh_folder_problem(home: str, uid: int, names=()) -> str | None:
+    """Why root may not write into ``<home>/.ssh`` for the account with ``uid``, or None.
+
+    Refused: a ``.ssh`` that is a symbolic link or not a folder, one owned by another account,
+    and a link among ``names`` inside it (the key pair, authorized_keys). The account owns its
+    home, so it can point any of these at a folder or file of root's, which the role's chown and
+    writes would then follow (review F5: ``~/.ssh -> /usr/local/bin`` made the account owner of
+    /usr/local/bin). An absent ``.ssh`` or file is no problem: the role creates it.
+    Looked at with ``lstat``, never following a link. Raises nothing."""
+    folder = os.path.join(home, ".ssh")
     try:
-        home = pwd.getpwnam(user).pw_dir
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{folder} cannot be inspected: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{folder} is a symbolic link (to {os.readlink(folder)})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a folder"
+    if st.st_uid != uid:
+        return f"{folder} is owned by uid {st.st_uid}, not the account's uid {uid}"
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.islink(path):
+            return f"{path} is a symbolic link (to {os.readlink(path)})"
+    return None
+
+
+def ssh_trust(user: str, host_key_types=(), root: str = "", key_name: str | None = None) -> dict:
+    """``{user, home, host_keys, ssh_dir_problem}``: the account's home folder from the passwd
+    database (None: no such user), this node's host public keys as ``"<type> <base64>"`` (the
+    first two words of /etc/ssh/ssh_host_<type>_key.pub), one per type of ``host_key_types`` that
+    has a readable file, in that order: the key lines every node's known_hosts records for this
+    node; and why the account's ``.ssh`` may not be written (``ssh_folder_problem``, with the key
+    pair ``key_name`` and authorized_keys; None: it may)."""
+    try:
+        entry = pwd.getpwnam(user)
+        home, uid = entry.pw_dir, entry.pw_uid
     except KeyError:
-        home = None
+        home = uid = None
     keys = []
     for kind in host_key_types or ():
         words = (read_text(f"{root}/etc/ssh/ssh_host_{kind}_key.pub") or "").split()
         if len(words) >= 2:
             keys.append(" ".join(words[:2]))
-    return {"user": user, "home": home, "host_keys": keys}
+    names = [n for n in (key_name, f"{key_name}.pub" if key_name else None, "authorized_keys") if n]
+    problem = ssh_folder_problem(root + home, uid, names) if home else None
+    return {"user": user, "home": home, "host_keys": keys, "ssh_dir_problem": problem}
 
 
 def nccl_env(procfs: str = "/proc", env_files: list[str] | None = None) -> dict:
@@ -259,6 +294,6 @@ READERS = {
     "rps_rfs": lambda run, p: rps_rfs(p["interface"]),
     "numa_pinning": lambda run, p: numa_pinning(p["interface"], p["map_file"]),
     "firewall": lambda run, p: firewall(run, p["backend"], p["timeout"], listening=p.get("listening")),
-    "ssh_trust": lambda run, p: ssh_trust(p["user"], p["host_key_types"]),
+    "ssh_trust": lambda run, p: ssh_trust(p["user"], p["host_key_types"], key_name=p.get("key_name")),
     "nccl_env": lambda run, p: nccl_env(env_files=p.get("env_files")),
 }

@@ -1,8 +1,11 @@
-"""KEY=VALUE environment files (the launch env that nccl_env renders).
+"""KEY=VALUE environment files (the launch env files that nccl_env renders).
 
-Format: one ``KEY=VALUE`` per line, ``#`` comments and blank lines ignored, an
-optional ``export`` prefix, values optionally in single or double quotes. This
-is the subset that both ``source`` in bash and systemd's EnvironmentFile read.
+Format: one ``KEY=VALUE`` per line; ``#`` comments and blank lines are ignored. The value is
+everything after the first ``=``, taken literally: no quotes removed, nothing expanded. The
+launcher (``ncclprep-torchrun``) reads the file the same way, with a ``read`` loop and never
+through a shell, and nccl_env writes only values that need no quoting in any reader
+(``nccl_vars.entry_problem``), so bash, systemd's EnvironmentFile and this module all see the
+same environment.
 """
 
 from __future__ import annotations
@@ -15,19 +18,12 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def parse_env(text: str, source: str = "<text>") -> dict[str, str]:
     """Parse env-file ``text`` into a dict. Raises ValueError naming ``source`` and line."""
     env: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
-        if line.startswith("export "):
-            line = line[len("export "):].strip()
         key, sep, value = line.partition("=")
-        key = key.strip()
         if not sep or not _NAME_RE.match(key):
-            raise ValueError(f"{source}:{number}: not KEY=VALUE: {raw!r}")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
+            raise ValueError(f"{source}:{number}: not KEY=VALUE: {line!r}")
         env[key] = value
     return env
 

@@ -11,6 +11,7 @@ deprecated spellings of TORCH_NCCL_ASYNC_ERROR_HANDLING / TORCH_NCCL_BLOCKING_WA
 from __future__ import annotations
 
 import difflib
+import re
 
 NCCL_KNOWN = frozenset("""
 NCCL_SOCKET_IFNAME NCCL_SOCKET_FAMILY NCCL_SOCKET_RETRY_CNT NCCL_SOCKET_RETRY_SLEEP_MSEC NCCL_SOCKET_NTHREADS
@@ -105,6 +106,35 @@ def value_problem(name: str, text: str) -> str | None:
         if bad:
             return f"{name}={text}: {', '.join(repr(b) for b in bad)} not one of {', '.join(sorted(ENUMS[name]))}"
     return None
+# Launch environment names must start with one of these: the variables of NCCL, Gloo,
+# PyTorch (torch.distributed, torchelastic), OpenMP, CUDA and UCX. Anything else (LD_PRELOAD,
+# BASH_ENV, PATH, PYTHONPATH, ...) changes what every launch runs, not how it communicates.
+NAME_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "OMP_", "CUDA_", "UCX_")
+_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*\Z")
+# A value needs no quoting in any reader (bash, systemd's EnvironmentFile, ``envfile``):
+# no space, quote, ``$``, backtick, ``;``, ``|``, ``&``, ``<``, ``>``, ``\\`` or newline. This
+# holds every form the NCCL User Guide documents (interface lists ``^=eth0,ib``, HCA lists
+# ``mlx5_0:1``, paths, ``%h.%p`` in NCCL_DEBUG_FILE); ``{dir}`` is the debug launch's folder.
+VALUE_CHARS = "A-Za-z0-9_.,:=^/%+@{}-"
+_VALUE_RE = re.compile(f"[{VALUE_CHARS}]*\\Z")
+
+
+def entry_problem(name: str, text: str) -> str | None:
+    """Why ``name=text`` may not go into the launch env file, as one line naming the variable,
+    the value and what is valid; None when it may. A name is upper case and starts with one of
+    NAME_PREFIXES; a value uses only VALUE_CHARS, so that no reader runs any part of it."""
+    if not _NAME_RE.match(name):
+        return f"{name}={text}: not an environment variable name (A-Z, 0-9 and _, not starting with a digit)"
+    if not name.startswith(NAME_PREFIXES):
+        return (f"{name}={text}: not a variable of NCCL, Gloo, PyTorch, OpenMP, CUDA or UCX "
+                f"(names start with {', '.join(NAME_PREFIXES)})")
+    if not _VALUE_RE.match(text):
+        bad = sorted({c for c in text if not re.match(f"[{VALUE_CHARS}]", c)})
+        return (f"{name}={text!r}: {' '.join(repr(c) for c in bad)} not allowed in a launch value "
+                f"(valid characters: {VALUE_CHARS})")
+    return None
+
+
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_OOB_NET_IFNAME")
 
 
@@ -136,6 +166,9 @@ def check_env(env: dict, interfaces: list[str] | None = None) -> tuple[list[str]
     """Check an NCCL/Gloo/torch environment. Returns ``(errors, warnings, effective)``.
 
     - an unknown ``NCCL_*`` name is an error naming the closest known name;
+    - a name outside NAME_PREFIXES, or a value with a character outside VALUE_CHARS, is an
+      error (``entry_problem``): the launcher and nccl_probe read the file literally, and no
+      value may mean anything to a shell;
     - a deprecated name is a warning and is renamed to its successor in ``effective``;
     - a switch (SWITCHES) must be 0 or 1, an integer (INTS) inside its range, an enumerated
       variable (ENUMS) one of its values (``value_problem``);
@@ -148,6 +181,10 @@ def check_env(env: dict, interfaces: list[str] | None = None) -> tuple[list[str]
     effective: dict = {}
     for name, value in sorted(env.items()):
         text = str(value)
+        entry = entry_problem(name, text)
+        if entry:
+            errors.append(entry)
+            continue
         if name in DEPRECATED:
             new = DEPRECATED[name]
             warnings.append(f"{name}={text} is deprecated: written as {new}={text}")

@@ -287,6 +287,11 @@ BAD_INPUT = [
      "node2: nccl_env_rendezvous_host=10.99.0.1, nccl_env_rendezvous_port=29400, nccl_env_nproc_per_node=: the "
      "rendezvous host must be a member of the cluster (one of node1, node2, node3; null: the first)"),
     ("torch_runtime_version=latest", "node3: torch_runtime_version=latest must be a version like 2.13.0"),
+    # issue 23 (review F2): a value a shell would run, a name outside NCCL's, Gloo's, torch's
+    ('{"nccl_env_overrides": {"NCCL_IB_HCA": "mlx5_0;touch /tmp/pwned"}}',
+     "node1: NCCL_IB_HCA='mlx5_0;touch /tmp/pwned': ' ' ';' not allowed in a launch value"),
+    ('{"nccl_env_overrides": {"LD_PRELOAD": "/tmp/x.so"}}',
+     "node2: LD_PRELOAD=/tmp/x.so: not a variable of NCCL, Gloo, PyTorch, OpenMP, CUDA or UCX"),
     # the controller (10.77.29.1) outside both the cluster rule and the admin networks
     ('{"firewall_cluster_cidr": "10.77.29.8/29", "firewall_admin_cidrs": ["192.0.2.0/24"]}',
      "node1: the rules would lock the controller out: its SSH connection from 10.77.29.1 to 10.77.29.11:22"),

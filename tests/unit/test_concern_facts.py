@@ -4,9 +4,17 @@ ssh_trust records in every node's known_hosts."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from ansible.module_utils.ncclprep import concern_facts
-from ansible.module_utils.ncclprep.concern_facts import nic_mtu, nic_persist, persist_manager, ssh_trust
+from ansible.module_utils.ncclprep.concern_facts import (
+    nic_mtu,
+    nic_persist,
+    persist_manager,
+    ssh_folder_problem,
+    ssh_trust,
+)
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKxulkEfovnGyAAneOt8Z/7XR7ws22inGYvUujwDbrGX"
 
@@ -93,7 +101,29 @@ def test_ssh_trust_reads_the_host_keys_of_the_types_asked_in_that_order(tmp_path
     # ecdsa has no file, rsa's is not a key line: left out as the role's read left them out
     assert out["host_keys"] == [ED] and out["user"] == "root" and out["home"] == "/root"
     assert ssh_trust("no-such-user-ncclprep", [], root=str(tmp_path)) == {
-        "user": "no-such-user-ncclprep", "home": None, "host_keys": []}
+        "user": "no-such-user-ncclprep", "home": None, "host_keys": [], "ssh_dir_problem": None}
+
+
+def test_a_linked_or_foreign_ssh_folder_is_named_and_never_followed(tmp_path):
+    """Review F5: an account that links ~/.ssh to /usr/local/bin had root chown that folder. The
+    reader names a link, a folder of another owner and a link to the key inside; it follows none."""
+    home = tmp_path / "home"
+    home.mkdir()
+    uid = os.getuid()
+    assert ssh_folder_problem(str(home), uid, ["k"]) is None  # absent: the role makes it
+    target = tmp_path / "usr-local-bin"
+    target.mkdir()
+    (home / ".ssh").symlink_to(target)
+    assert ssh_folder_problem(str(home), uid) == f"{home}/.ssh is a symbolic link (to {target})"
+    (home / ".ssh").unlink()
+    (home / ".ssh").mkdir()
+    assert ssh_folder_problem(str(home), uid + 1) == (
+        f"{home}/.ssh is owned by uid {uid}, not the account's uid {uid + 1}")
+    (home / ".ssh" / "k.pub").symlink_to("/etc/shadow")
+    assert ssh_folder_problem(str(home), uid, ["k", "k.pub"]) == (
+        f"{home}/.ssh/k.pub is a symbolic link (to /etc/shadow)")
+    assert ssh_folder_problem(str(home), uid, ["k"]) is None
+    assert os.stat(target).st_uid == uid and sorted(os.listdir(target)) == []
 
 
 def test_the_module_passes_the_new_options_to_the_readers():
@@ -120,7 +150,7 @@ def test_firewall_facts_keep_the_tcp_listeners_that_listen_ports_facts_read(tmp_
 
 def test_nccl_env_facts_read_the_launch_files_as_they_are(tmp_path):
     env = tmp_path / "nccl.env"
-    env.write_text("# managed\nGLOO_SOCKET_IFNAME=eth0\nexport NCCL_DEBUG='WARN'\n")
+    env.write_text("# managed\nGLOO_SOCKET_IFNAME=eth0\nNCCL_DEBUG=WARN\n")
     bad = tmp_path / "bad.conf"
     bad.write_text("this is not KEY=VALUE\n")
     read = concern_facts.nccl_env(procfs=str(tmp_path), env_files=[str(env), str(tmp_path / "absent"), str(bad)])

@@ -1,9 +1,10 @@
 """Filter functions called directly (the plugin file imported as Ansible would)."""
-
+import os
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
-from conftest import load_source
+from conftest import REPO, load_source
 
 filters = load_source("ncclprep_filters", "filter_plugins/ncclprep.py")
 F = filters.FilterModule().filters()
@@ -73,6 +74,20 @@ def test_nccl_env_check_names_the_host():
     assert out["errors"] == ["node2: NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"]
     assert out["warnings"][0].startswith("node2: NCCL_ASYNC_ERROR_HANDLING=1 is deprecated")
     assert out["effective"] == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_nccl_env_check_checks_the_debug_settings_too():
+    """Review: nccl_env_debug_settings went into nccl-debug.env unchecked ("A-B" aborted every
+    --debug launch, a ";" value ran); the role's defaults pass, nulls are dropped."""
+    defaults = yaml.safe_load(open(os.path.join(REPO, "roles/nccl_env/defaults/main.yml")))
+    ok = F["ncclprep_nccl_env_check"]({}, None, "node1", defaults["nccl_env_debug_settings"])
+    assert ok["errors"] == []
+    out = F["ncclprep_nccl_env_check"]({}, None, "node1", {"A-B": "1", "NCCL_DEBUG_FILE": "x;id", "NCCL_DEBUG": None})
+    assert out["errors"] == [
+        "node1: nccl_env_debug_settings A-B=1: not an environment variable name (A-Z, 0-9 and _, not starting with "
+        "a digit)",
+        "node1: nccl_env_debug_settings NCCL_DEBUG_FILE='x;id': ';' not allowed in a launch value (valid characters: "
+        "A-Za-z0-9_.,:=^/%+@{}-)"]
 
 
 

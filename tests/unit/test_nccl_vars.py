@@ -67,3 +67,31 @@ def test_switches_integers_and_enumerations_as_the_nccl_guide_documents_them(nam
     assert value_problem(name, value) == problem
     errors, _, _ = check_env({name: value})
     assert errors == ([problem] if problem else [])
+
+
+@pytest.mark.parametrize("name,value,problem", [
+    # review F2: each of these reached `source` in the launcher and ran, or broke every launch
+    ("NCCL_IB_HCA", "mlx5_0;touch /tmp/pwned", "' ' ';' not allowed in a launch value"),
+    ("NCCL_DEBUG_FILE", "/tmp/x$(id)", "'$' '(' ')' not allowed in a launch value"),
+    ("NCCL_TOPO_FILE", "/tmp/`id`", "'`' not allowed in a launch value"),
+    ("TORCH_NCCL_TRACE_BUFFER_SIZE", "1|2", "'|' not allowed in a launch value"),
+    ("MY_TAG", "a b", "not a variable of NCCL, Gloo, PyTorch, OpenMP, CUDA or UCX"),
+    ("LD_PRELOAD", "/tmp/evil.so", "not a variable of NCCL, Gloo, PyTorch, OpenMP, CUDA or UCX"),
+    ("BASH_ENV", "/tmp/x", "not a variable of NCCL"),
+    ("PATH", "/tmp", "not a variable of NCCL"),
+    ("PYTHONPATH", "/tmp", "not a variable of NCCL"),
+    ("nccl_debug", "INFO", "not an environment variable name"),
+])
+def test_launch_values_a_shell_would_run_and_names_outside_the_prefixes_are_refused(name, value, problem):
+    errors, _, effective = check_env({name: value})
+    assert len(errors) == 1 and errors[0].startswith(f"{name}=") and problem in errors[0], errors
+    assert name not in effective
+
+
+def test_every_documented_value_form_stays_accepted():
+    env = {"NCCL_SOCKET_IFNAME": "^=docker0,lo", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_DEBUG_FILE":
+           "/var/log/nccl.%h.%p.log", "NCCL_DEBUG_SUBSYS": "INIT,NET", "OMP_NUM_THREADS": "8",
+           "CUDA_VISIBLE_DEVICES": "0,1", "UCX_TLS": "rc,cuda_copy", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE":
+           "{dir}/nccl_trace_rank_", "NCCL_IB_TC": "106"}
+    errors, _, effective = check_env(env)
+    assert errors == [] and effective["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"

@@ -20,9 +20,13 @@ def test_ansible_facts_addresses_reads_setup_layout():
         "lo": [], "eth0": ["10.0.0.2", "10.0.0.9", "fe80::2"], "br-x": ["172.17.0.1"]}
 
 
-def test_env_file_round_trip_and_errors(tmp_path):
-    text = "# c\nexport NCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME='=eth0'\n\nGLOO_SOCKET_IFNAME=\"eth0\"\n"
-    assert parse_env(text) == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+def test_env_file_values_are_taken_literally_and_bad_lines_refused(tmp_path):
+    """The value is everything after the first "=", as the launcher's read loop takes it: no
+    quote removed and nothing expanded (review F2: the launcher sourced the file while
+    nccl_probe read it literally, so jobs and probes ran with different environments)."""
+    text = "# c\nNCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME==eth0\n\nNCCL_X='q'\nNCCL_Y=a$(id)\n"
+    assert parse_env(text) == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "=eth0", "NCCL_X": "'q'",
+                               "NCCL_Y": "a$(id)"}
     path = tmp_path / "nccl.env"
     path.write_text("OK=1\nnot a line\n")
     with pytest.raises(ValueError, match=r"nccl.env:2: not KEY=VALUE"):

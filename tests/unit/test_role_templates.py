@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -138,6 +140,32 @@ def launcher(tmp_path, env_lines: str, me="node2", members=None, debug_lines="NC
                              nccl_env_rendezvous_port_span=99, data_plane_members=members, inventory_hostname=me))
     script.chmod(0o755)
     return script, torchrun
+
+
+def test_the_launcher_reads_its_env_files_literally_and_runs_no_part_of_a_value(tmp_path):
+    """Review F2: the launcher sourced nccl.env, so a value with ";", "$( )" or a backtick ran as a
+    shell command at every launch (as root in validate's smoke job), and one with a space broke
+    every launch. Now a read loop takes each value as it is, the same way nccl_probe reads it."""
+    pwned = tmp_path / "pwned"
+    script, _ = launcher(tmp_path, f"NCCL_IB_HCA=mlx5_0;touch {pwned}\nNCCL_DEBUG_FILE=/x$(touch {pwned})\n"
+                                   f"NCCL_TOPO_FILE=`touch {pwned}`\nNCCL_X=a b\n",
+                         debug_lines=f"NCCL_DEBUG=INFO;touch {pwned}\nNCCL_DEBUG_FILE={{dir}}/n.%h.log\n")
+    env = {**os.environ, "NCCLPREP_DEBUG_DIR": str(tmp_path / "dbg")}
+    dry = subprocess.run([str(script), "--dry-run", "--debug", "train.py"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert not pwned.exists()
+    # the dry run prints each variable as bash's printf %q quotes it
+    shown = {key: shlex.split(value)[0] for key, value in (line.split("=", 1) for line in dry.stdout.splitlines()
+                                                           if re.match(r"[A-Z_]+=", line))}
+    assert shown["NCCL_IB_HCA"] == f"mlx5_0;touch {pwned}"
+    assert shown["NCCL_TOPO_FILE"] == f"`touch {pwned}`"
+    assert shown["NCCL_X"] == "a b"
+    assert shown["NCCL_DEBUG"] == f"INFO;touch {pwned}"
+    assert shown["NCCL_DEBUG_FILE"] == f"{tmp_path}/dbg/n.%h.log"
+    bad, _ = launcher(tmp_path, "not a line\n")
+    refused = subprocess.run([str(bad), "--dry-run", "train.py"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and f"{tmp_path}/nccl.env: not KEY=VALUE: not a line" in refused.stderr
 
 
 def derived_port(rdzv_id: str) -> int:
