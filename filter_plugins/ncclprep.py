@@ -171,13 +171,14 @@ def firewall_rules(cluster_cidr: str, interface: str, rendezvous_ports: list, re
 
 
 def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, connection: str | None = None,
-                    facts: dict | None = None, members: dict | None = None) -> list[str]:
+                    facts: dict | None = None, members: dict | None = None, over_ssh: bool = False) -> list[str]:
     """What makes the rule set unsafe (``check_firewall``); ``facts`` are the host's ansible_facts,
-    ``connection`` its SSH_CONNECTION, ``members`` the data_plane_members map (host -> {address, ...});
-    members without an address are left out."""
+    ``connection`` its SSH_CONNECTION as the login account sees it, ``members`` the
+    data_plane_members map (host -> {address, ...}); members without an address are left out;
+    ``over_ssh``: Ansible reaches the host over SSH (an unknown connection is then refused)."""
     addresses = {h: m["address"] for h, m in (members or {}).items() if m.get("address")}
-    return check_firewall(rules, host, bool(allow_world), connection or None,
-                          ansible_facts_addresses(facts) if facts else None, addresses or None)
+    return check_firewall(rules, host, bool(allow_world), (connection or "").strip() or None,
+                          ansible_facts_addresses(facts) if facts else None, addresses or None, bool(over_ssh))
 
 
 def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:

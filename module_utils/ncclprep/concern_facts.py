@@ -111,12 +111,44 @@ def persist_manager(persist: str, netplan: list, ifupdown: list, nm_connection: 
     return (found + ["none"])[0]
 
 
+# netplan's device types (the top-level keys under ``network:`` that hold netdefs), from
+# netplan's reference (doc/netplan-yaml.md): a drop-in must name an interface under the type
+# of its own definition, or netplan refuses the whole configuration ("Updated definition
+# '<id>' changes device type") and the node boots without its netplan network (review F4).
+NETPLAN_TYPES = ("ethernets", "bonds", "bridges", "vlans", "wifis", "tunnels", "vrfs", "modems",
+                 "dummy-devices", "virtual-ethernets", "nm-devices")
+
+
+def netplan_netdef_type(text: str, interface: str) -> str | None:
+    """The device type (one of NETPLAN_TYPES) under which netplan YAML ``text`` defines
+    ``interface`` in block style (``<type>:`` then, indented below it, ``<interface>:``), or
+    None when it does not. Read line by line (the nodes need no YAML library); a device type
+    is the nearest less-indented key above the interface's line. Raises nothing."""
+    stack: list[tuple[int, str]] = []  # (indent, key) of the mappings the line is inside
+    for line in text.splitlines():
+        content = line.split("#", 1)[0].rstrip()
+        body = content.lstrip()
+        if not body or body.startswith("-") or ":" not in body:
+            continue
+        indent = len(content) - len(body)
+        key = body.split(":", 1)[0].strip().strip("'\"")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if key == interface and stack and stack[-1][1] in NETPLAN_TYPES:
+            return stack[-1][1]
+        stack.append((indent, key))
+    return None
+
+
 def nic_persist(run: Runner, interface: str, persist: str = "auto", netplan_file: str | None = None,
                 timeout: float = 10.0, root: str = "") -> dict:
-    """``{manager, netplan, ifupdown, nm_connection}``: how ``interface`` is configured at boot.
+    """``{manager, netplan, netplan_type, ifupdown, nm_connection}``: how ``interface`` is
+    configured at boot.
 
     netplan: the files under /etc/netplan with a line ``<indent><interface>:`` (``netplan_file``,
-    nic_mtu's own drop-in, left out); ifupdown: /etc/network/interfaces and interfaces.d files with
+    nic_mtu's own drop-in, left out); netplan_type: the device type the first of them defines it
+    under (``netplan_netdef_type``: ethernets, bonds, vlans, bridges, ...; None: none found);
+    ifupdown: /etc/network/interfaces and interfaces.d files with
     an ``iface``, ``auto`` or ``allow-hotplug`` line for it; nm_connection:
     ``nmcli --get-values GENERAL.CONNECTION device show <interface>`` (empty where nmcli is
     missing, fails or runs out of ``timeout`` seconds). Only the managers ``persist``
@@ -134,8 +166,9 @@ def nic_persist(run: Runner, interface: str, persist: str = "auto", netplan_file
     if "networkmanager" in asked:
         rc, stdout, _ = run(["nmcli", "--get-values", "GENERAL.CONNECTION", "device", "show", interface], timeout)
         nm_connection = (stdout or "").strip() if rc == 0 else ""
+    types = [t for t in (netplan_netdef_type(read_text(root + f) or "", interface) for f in netplan) if t]
     return {"manager": persist_manager(persist, netplan, ifupdown, nm_connection), "netplan": netplan,
-            "ifupdown": ifupdown, "nm_connection": nm_connection}
+            "netplan_type": types[0] if types else None, "ifupdown": ifupdown, "nm_connection": nm_connection}
 
 
 def nic_mtu(run: Runner, interface: str | None, timeout: float = 10.0, sysfs: str = "/sys", persist: str = "auto",

@@ -9,6 +9,7 @@ import os
 import pytest
 from ansible.module_utils.ncclprep import concern_facts
 from ansible.module_utils.ncclprep.concern_facts import (
+    netplan_netdef_type,
     nic_mtu,
     nic_persist,
     persist_manager,
@@ -45,16 +46,54 @@ def test_netplan_that_defines_the_interface_is_chosen_and_ncclprep_own_drop_in_d
     write(tmp_path, "/etc/netplan/60-ncclprep-mtu.yaml", "network:\n  ethernets:\n    eth0:\n      mtu: 9000\n")
     run = Runner(nmcli=(0, "--\n", ""))
     out = nic_persist(run, "eth0", "auto", "/etc/netplan/60-ncclprep-mtu.yaml", root=root)
-    assert out == {"manager": "none", "netplan": [], "ifupdown": [], "nm_connection": "--"}
+    assert out == {"manager": "none", "netplan": [], "netplan_type": None, "ifupdown": [], "nm_connection": "--"}
     write(tmp_path, "/etc/netplan/50-cloud-init.yaml",
           "network:\n  version: 2\n  ethernets:\n    eth0:\n      dhcp4: true\n")
     out = nic_persist(run, "eth0", "auto", "/etc/netplan/60-ncclprep-mtu.yaml", root=root)
-    assert out == {"manager": "netplan", "netplan": ["/etc/netplan/50-cloud-init.yaml"], "ifupdown": [],
-                   "nm_connection": "--"}
+    assert out == {"manager": "netplan", "netplan": ["/etc/netplan/50-cloud-init.yaml"], "netplan_type": "ethernets",
+                   "ifupdown": [], "nm_connection": "--"}
     # the name is matched literally: eth0x1 is not the VLAN eth0.1 (grep -E read the dot as any character)
     write(tmp_path, "/etc/netplan/70-other.yaml", "network:\n  ethernets:\n    eth0x1:\n      dhcp4: true\n")
     assert nic_persist(run, "eth0.1", "netplan", None, root=root)["manager"] == "none"
     assert nic_persist(run, "eth0x1", "netplan", None, root=root)["netplan"] == ["/etc/netplan/70-other.yaml"]
+
+
+BONDED = """network:
+  version: 2
+  ethernets:
+    eno1: {dhcp4: false}
+    eno2:
+      dhcp4: false
+  bonds:
+    bond0:   # the data plane
+      interfaces: [eno1, eno2]
+      mtu: 1500
+  vlans:
+    "bond0.100":
+      id: 100
+      link: bond0
+  bridges:
+    br0:
+      interfaces:
+        - bond0.100
+"""
+
+
+@pytest.mark.parametrize("interface,kind", [("bond0", "bonds"), ("bond0.100", "vlans"), ("br0", "bridges"),
+                                            ("eno2", "ethernets"), ("eno1", "ethernets"), ("interfaces", None),
+                                            ("id", None)])
+def test_the_netplan_device_type_of_the_interface_is_read_for_the_drop_in(interface, kind):
+    """Review F4: nic_mtu wrote its drop-in under ethernets for a bond, and netplan refused the whole
+    configuration ("Updated definition 'bond0' changes device type"). Keys inside a definition
+    (interfaces, id) are not definitions."""
+    assert netplan_netdef_type(BONDED, interface) == kind
+
+
+def test_nic_persist_reports_a_bond_under_bonds(tmp_path):
+    write(tmp_path, "/etc/netplan/01-bond.yaml", BONDED)
+    out = nic_persist(Runner(nmcli=(1, "", "")), "bond0", "auto", "/etc/netplan/60-ncclprep-mtu.yaml",
+                      root=str(tmp_path))
+    assert out["manager"] == "netplan" and out["netplan_type"] == "bonds"
 
 
 def test_ifupdown_is_chosen_after_netplan_and_only_the_managers_nic_mtu_persist_allows_are_asked(tmp_path):
@@ -63,13 +102,14 @@ def test_ifupdown_is_chosen_after_netplan_and_only_the_managers_nic_mtu_persist_
     write(tmp_path, "/etc/network/interfaces", "source /etc/network/interfaces.d/*\niface eth10 inet dhcp\n")
     run = Runner()
     out = nic_persist(run, "eth1", "auto", None, root=root)
-    assert out == {"manager": "ifupdown", "netplan": [], "ifupdown": ["/etc/network/interfaces.d/eth1"],
-                   "nm_connection": "Wired connection 1"}
+    assert out == {"manager": "ifupdown", "netplan": [], "netplan_type": None,
+                   "ifupdown": ["/etc/network/interfaces.d/eth1"], "nm_connection": "Wired connection 1"}
     assert [argv for argv, _ in run.calls] == [
         ["nmcli", "--get-values", "GENERAL.CONNECTION", "device", "show", "eth1"]]
     run = Runner()
     out = nic_persist(run, "eth1", "networkmanager", None, timeout=3.0, root=root)
-    assert out == {"manager": "networkmanager", "netplan": [], "ifupdown": [], "nm_connection": "Wired connection 1"}
+    assert out == {"manager": "networkmanager", "netplan": [], "netplan_type": None, "ifupdown": [],
+                   "nm_connection": "Wired connection 1"}
     assert run.calls[0][1] == 3.0
     run = Runner()
     assert nic_persist(run, "eth1", "none", None, root=root)["manager"] == "none" and run.calls == []

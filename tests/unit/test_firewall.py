@@ -65,8 +65,51 @@ def test_bad_cidr_port_and_proto_name_variable_and_value():
     assert "node3: firewall_extra_rules proto='sctp' (valid: tcp, udp, any)" in errs
 
 
-def test_no_ssh_connection_skips_only_the_lockout_check():
+def test_no_ssh_connection_skips_the_lockout_check_only_when_ansible_does_not_come_over_ssh():
+    """Review F3: under become the gathered environment had no SSH_CONNECTION (sudo drops it) and
+    the lockout check was skipped without a word; over SSH an unknown address is now refused."""
     assert check_firewall(rules(admin=()), "node1", connection=None) == []
+    assert check_firewall(rules(admin=()), "node1", connection=None, over_ssh=True) == [
+        "node1: cannot tell where the controller's SSH connection comes from (SSH_CONNECTION is empty for the "
+        "login account), so whether these rules would lock it out is unknown; set firewall_controller_address "
+        "to the address the nodes see it connect from"]
+    # firewall_controller_address given: "<address> 0 - <ssh port>", no interface known
+    assert check_firewall(rules(), "node1", connection="192.168.10.5 0 - 22", interfaces=IFACES, over_ssh=True) == []
+    assert check_firewall(rules(admin=("192.168.20.0/24",)), "node1", connection="192.168.10.5 0 - 22",
+                          interfaces=IFACES, over_ssh=True)[0].startswith(
+        "node1: the rules would lock the controller out: its SSH connection from 192.168.10.5 to -:22")
+
+
+def test_a_comment_or_interface_that_would_inject_a_rule_is_refused():
+    """Review F6: an extra rule's comment 'x"\n tcp dport 1-65535 accept comment "y' rendered a bare
+    accept-everything line into the nft table, and nft -c took it."""
+    bad = 'x"\n tcp dport 1-65535 accept comment "y'
+    errs = check_firewall(rules(extra=[{"from": "10.77.29.0/24", "port": 9100, "comment": bad}]), "node1")
+    assert errs == [f"node1: firewall_extra_rules comment={bad!r}: only letters, digits, spaces and .,:()/- (at "
+                    "most 64), since nft and ufw would read a quote or a newline as a rule of its own"]
+    errs = check_firewall(rules(extra=[{"from": "10.9.0.0/16", "port": 9100, "interface": 'eth0" accept #'}]),
+                          "node1", interfaces=IFACES)
+    assert errs == ["node1: firewall_extra_rules interface='eth0\" accept #' is not an interface name (letters, "
+                    "digits, _.@-, at most 15)"]
+    errs = check_firewall(rules(extra=[{"from": "10.9.0.0/16", "port": 9100, "interface": "eth9"}]), "node1",
+                          interfaces=IFACES)
+    assert errs == ["node1: firewall_extra_rules interface='eth9' does not exist on this host (interfaces: eno1, "
+                    "eth0, lo)"]
+    ok = [{"from": "10.9.0.0/16", "port": 9100, "interface": "eno1", "comment": "node exporter (9100/tcp)"}]
+    assert check_firewall(rules(extra=ok), "node1", interfaces=IFACES) == []
+
+
+def test_sources_near_the_whole_internet_are_refused_like_the_world():
+    """Review: 0.0.0.0/1 plus 128.0.0.0/1 (all of IPv4) passed the exact 0.0.0.0/0 match."""
+    errs = check_firewall(rules(admin=("0.0.0.0/1", "128.0.0.0/1")), "node1")
+    assert errs == [
+        "node1: firewall_admin_cidrs opens SSH from the admin network to 2147483648 addresses (0.0.0.0/1, shorter "
+        "than /8): close to the whole Internet; name the networks that need it, or set firewall_allow_world: true",
+        "node1: firewall_admin_cidrs opens SSH from the admin network to 2147483648 addresses (128.0.0.0/1, shorter "
+        "than /8): close to the whole Internet; name the networks that need it, or set firewall_allow_world: true"]
+    assert check_firewall(rules(admin=("10.0.0.0/8",)), "node1") == []
+    assert "2001::/3" in check_firewall(rules(extra=[{"from": "2001::/3", "port": 22}]), "node1")[0]
+    assert check_firewall(rules(admin=("0.0.0.0/1", "128.0.0.0/1")), "node1", allow_world=True) == []
 
 
 def test_cluster_rule_must_hold_every_node():
