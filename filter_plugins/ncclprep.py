@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 
 _SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -213,25 +214,51 @@ def members(hostvars, hosts: list) -> dict:
     return out
 
 
+# RFC 1123 section 2.1 (with RFC 952): a host name is dot-separated labels of letters, digits
+# and '-', each 1-63 long and not starting or ending with '-', at most 253 in all. Anything else
+# (a space, '*', ',', '!') would mean something else in known_hosts, ssh_config or /etc/hosts.
+_HOSTNAME_RE = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z")
+
+
 def member_duplicates(members: dict) -> list[str]:
-    """Why the membership map names one machine twice, or two machines with one address: a
-    line per data-plane address, host name or FQDN that two or more members share (None
-    values are left out). [] when every member is its own machine. Ranks on one address
-    would collide on the same rendezvous and Gloo ports, and a name shared by two machines
-    resolves to one of them only.
+    """Why the membership map names one machine twice, or a name or address that two machines
+    claim: a line per data-plane address that two or more members share, and per name (an
+    inventory name, a host name or an FQDN a node reports about itself, compared without case)
+    that more than one member is known by, and a line per reported name that is not an RFC 1123
+    host name. None values are left out; [] when every member is its own machine.
+
+    Ranks on one address would collide on the same rendezvous and Gloo ports; a name two
+    machines claim goes into every node's known_hosts, ssh_config and /etc/hosts for both, so
+    ssh to it accepts either's key, it resolves to two addresses, and torch's rendezvous takes
+    both machines for its host (review F10: node2 reporting node1's host name or FQDN passed).
     """
     out = []
-    for key, what in (("address", "data-plane address"), ("name", "host name")):
-        seen: dict = {}
-        for host, m in (members or {}).items():
-            value = (m or {}).get(key)
-            if value:
-                seen.setdefault(value, []).append(host)
-        for value, hosts in seen.items():
-            if len(hosts) > 1:
-                out.append(f"{', '.join(hosts)} share the {what} {value}: one machine listed twice in the "
-                           "inventory, or two machines with one "
-                           + ("address (fix the interface's address)" if key == "address" else "name (rename one)"))
+    seen: dict = {}
+    for host, m in (members or {}).items():
+        value = (m or {}).get("address")
+        if value:
+            seen.setdefault(value, []).append(host)
+    for value, hosts in seen.items():
+        if len(hosts) > 1:
+            out.append(f"{', '.join(hosts)} share the data-plane address {value}: one machine listed twice in the "
+                       "inventory, or two machines with one address (fix the interface's address)")
+    claims: dict = {}  # lower-case name -> {member: how it claims it}
+    for host, m in (members or {}).items():
+        for key, what in (("inventory", "inventory name"), ("name", "host name"), ("fqdn", "FQDN")):
+            value = host if key == "inventory" else (m or {}).get(key)
+            if not value:
+                continue
+            if key != "inventory" and not _HOSTNAME_RE.match(str(value)):
+                out.append(f"{host} reports the {what} {value!r}, which is not a host name (RFC 1123: letters, "
+                           "digits and '-' in dot-separated labels); fix it on the node (hostnamectl)")
+                continue
+            claims.setdefault(str(value).lower(), {}).setdefault(host, what)
+    for value, hosts in claims.items():
+        if len(hosts) > 1:
+            how = ", ".join(f"{h} ({w})" for h, w in hosts.items())
+            out.append(f"{how} share the name {value}: one machine listed twice in the inventory, or two machines "
+                       "with one name (rename one: hostnamectl set-hostname)")
     return out
 
 

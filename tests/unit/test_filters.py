@@ -109,6 +109,25 @@ def test_firewall_filters_build_rules_and_refuse_a_lockout():
     assert F["ncclprep_firewall_errors"](rules, "node4", False, "10.0.0.1 40000 10.0.0.4 22", FACTS) == []
 
 
+def test_a_kernel_host_name_or_fqdn_equal_to_another_members_name_is_refused():
+    """Review F10: node2 with kernel host name node1, or node1's FQDN, passed, and known_hosts then
+    mapped node1 to node2's key on every node; a name with a space or '*' went into ssh_config."""
+    dup = F["ncclprep_member_duplicates"]
+    assert dup({"node1": {"name": "node1", "fqdn": "node1.lab", "address": "10.0.0.1"},
+                "node2": {"name": "node1", "fqdn": "node2.lab", "address": "10.0.0.2"}}) == [
+        "node1 (inventory name), node2 (host name) share the name node1: one machine listed twice in the "
+        "inventory, or two machines with one name (rename one: hostnamectl set-hostname)"]
+    assert dup({"node1": {"name": "a", "fqdn": "Node1.lab", "address": "10.0.0.1"},
+                "node2": {"name": "b", "fqdn": "node1.lab", "address": "10.0.0.2"}})[0].startswith(
+        "node1 (FQDN), node2 (FQDN) share the name node1.lab")
+    assert dup({"node1": {"name": "gpu-01", "fqdn": "gpu-01.c.example", "address": "10.0.0.1"},
+                "node2": {"name": "gpu 02*", "fqdn": None, "address": "10.0.0.2"}}) == [
+        "node2 reports the host name 'gpu 02*', which is not a host name (RFC 1123: letters, digits and '-' in "
+        "dot-separated labels); fix it on the node (hostnamectl)"]
+    # the name a machine is listed by and its own host name and FQDN are one machine's
+    assert dup({"node1": {"name": "node1", "fqdn": "node1", "address": "10.0.0.1"}}) == []
+
+
 def test_member_duplicates_name_the_machine_listed_twice_and_the_shared_address():
     members = {"node1": {"name": "node1", "address": "10.0.0.1"}, "node2": {"name": "node2", "address": "10.0.0.2"},
                "node4": {"name": "node2", "address": "10.0.0.2"}, "node5": {"name": "node5", "address": "10.0.0.1"},
@@ -118,7 +137,7 @@ def test_member_duplicates_name_the_machine_listed_twice_and_the_shared_address(
         "machines with one address (fix the interface's address)",
         "node2, node4 share the data-plane address 10.0.0.2: one machine listed twice in the inventory, or two "
         "machines with one address (fix the interface's address)",
-        "node2, node4 share the host name node2: one machine listed twice in the inventory, or two machines with "
-        "one name (rename one)"]
+        "node2 (inventory name), node4 (host name) share the name node2: one machine listed twice in the "
+        "inventory, or two machines with one name (rename one: hostnamectl set-hostname)"]
     assert F["ncclprep_member_duplicates"]({"a": {"name": "a", "address": "1"}, "b": {"name": "b", "address": "2"}}) \
         == []
