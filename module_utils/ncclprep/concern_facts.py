@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
 from ansible.module_utils.ncclprep.numa import read_affinity, read_topology
+from ansible.module_utils.ncclprep.parsers.netplan import KINDS as NETPLAN_KINDS
 from ansible.module_utils.ncclprep.sysfs import read_text
 
 Runner = Callable[[list, float], tuple]
@@ -111,19 +112,15 @@ def persist_manager(persist: str, netplan: list, ifupdown: list, nm_connection: 
     return (found + ["none"])[0]
 
 
-# netplan's device types (the top-level keys under ``network:`` that hold netdefs), from
-# netplan's reference (doc/netplan-yaml.md): a drop-in must name an interface under the type
-# of its own definition, or netplan refuses the whole configuration ("Updated definition
-# '<id>' changes device type") and the node boots without its netplan network (review F4).
-NETPLAN_TYPES = ("ethernets", "bonds", "bridges", "vlans", "wifis", "tunnels", "vrfs", "modems",
-                 "dummy-devices", "virtual-ethernets", "nm-devices")
-
-
 def netplan_netdef_type(text: str, interface: str) -> str | None:
-    """The device type (one of NETPLAN_TYPES) under which netplan YAML ``text`` defines
+    """The device type (one of parsers.netplan.KINDS: netplan's device types, from netplan's
+    reference doc/netplan-yaml.md) under which netplan YAML ``text`` defines
     ``interface`` in block style (``<type>:`` then, indented below it, ``<interface>:``), or
-    None when it does not. Read line by line (the nodes need no YAML library); a device type
-    is the nearest less-indented key above the interface's line. Raises nothing."""
+    None when it does not. A drop-in must name the interface under that same type, or netplan
+    refuses the whole configuration ("Updated definition '<id>' changes device type") and the
+    node boots without its netplan network (review F4). Read line by line (the nodes need no
+    YAML library); a device type is the nearest less-indented key above the interface's line.
+    Raises nothing."""
     stack: list[tuple[int, str]] = []  # (indent, key) of the mappings the line is inside
     for line in text.splitlines():
         content = line.split("#", 1)[0].rstrip()
@@ -134,7 +131,7 @@ def netplan_netdef_type(text: str, interface: str) -> str | None:
         key = body.split(":", 1)[0].strip().strip("'\"")
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        if key == interface and stack and stack[-1][1] in NETPLAN_TYPES:
+        if key == interface and stack and stack[-1][1] in NETPLAN_KINDS:
             return stack[-1][1]
         stack.append((indent, key))
     return None

@@ -99,7 +99,7 @@ _SIGNATURES = [
     ("ibv_devinfo", re.compile(r"\bPORT_(?:ACTIVE|DOWN|INIT|ARMED)\b"), 2),
     ("ip_link", re.compile(r"^\d+:\s+[\w.@-]+:\s+<[A-Z0-9_,-]*>\s+mtu\s+\d+", _M), 4),
     ("ip_link", re.compile(r"^\s+link/(?:ether|loopback|infiniband|none)\b", _M), 2),
-    ("ip_link", re.compile(r"^\s+inet6?\s+\S+/\d+.*\bscope\b", _M), 2),
+    ("ip_link", re.compile(r"^\s+inet6?\s+[^\s/]+/\d+\b[^\n]*\bscope\b", _M), 2),
     ("ifconfig", re.compile(r"^[\w.:-]+:\s+flags=\d+<", _M), 4),
     ("ifconfig", re.compile(r"\bLink encap:"), 4),
     ("ifconfig", re.compile(r"^\s+inet addr:|^\s+inet \S+\s+netmask\b", _M), 2),
@@ -221,6 +221,25 @@ def decode_input(data: bytes) -> tuple[str | None, str | None]:
     return text, None
 
 
+#: Lines are cut to this many characters before any parser sees them: no tool's line the doctor
+#: reads is longer, and a base64 blob or a binary dump in a log then costs no more than this.
+MAX_INPUT_LINE = 4096
+_LONG_LINE_RE = re.compile(rf"[^\n]{{{MAX_INPUT_LINE}}}[^\n]+")
+
+
+def cut_long_lines(text: str) -> tuple[str, int]:
+    """``(text with every line cut to MAX_INPUT_LINE characters, how many lines were cut)``; one
+    linear pass. Raises nothing."""
+    count = 0
+
+    def cut(match: re.Match) -> str:
+        nonlocal count
+        count += 1
+        return match.group(0)[:MAX_INPUT_LINE]
+
+    return _LONG_LINE_RE.sub(cut, text), count
+
+
 def _text_error(text) -> str | None:
     if not isinstance(text, str):
         return "no text given"
@@ -313,7 +332,7 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
     if fid == "nccl.ib_completion_error":
         return _grep(lines, "completion", regex=re.compile(rf"(?:error |status=(?:\w+\()?){f.get('error')}\b"))
     if fid == "nccl.warn":
-        return _grep(lines, f["message"][:80])
+        return _grep(lines, f["first"][:80]) if f.get("first") else []
     if fid == "nccl.transports":
         return _grep(lines, "via NET/") or _grep(lines, " via ", limit=3)
     if fid.startswith("nccl.rank") or fid == "nccl.ranks_not_logged":
@@ -771,6 +790,7 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
         problem = _text_error(text)
         if problem:
             return _result(name, None, fallback_host, f"{name}: {problem}")
+        text, cut = cut_long_lines(text)
         if kind is not None and kind not in KINDS:
             return _result(name, None, fallback_host, f"{name}: unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
         detected = kind or detect_kind(text, name)
@@ -810,6 +830,9 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
             if k == detected and not text.endswith("\n") and got["unparsed"] and \
                     got["unparsed"][-1].strip() == lines[-1].strip() and lines[-1].strip():
                 out["notes"].append("the last line looks cut off (no newline and not understood)")
+        if cut:
+            out["notes"].insert(0, f"{cut} line(s) longer than {MAX_INPUT_LINE} characters were cut to "
+                                   f"{MAX_INPUT_LINE} before reading")
         if not out["read"] and not out["findings"] and out["error"] is None:
             out["notes"].append(f"nothing of a {detected} input was read")
         return out

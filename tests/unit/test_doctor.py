@@ -20,6 +20,7 @@ from ansible.module_utils.ncclprep.doctor import (
     diagnose_text,
     render_text,
 )
+from ansible.module_utils.ncclprep.parsers import nccl_log as doctor_nccl_log
 from conftest import CASES
 
 from ncclprep.doctor_cmd import doctor_main
@@ -453,3 +454,69 @@ def test_kind_detection_and_decoding_of_30_mb_do_not_scan_it_per_signature():
     started = time.monotonic()
     assert decode_input(big.encode())[1] is None and detect_kind(big) == "nccl_log"
     assert time.monotonic() - started < 10
+
+
+# --- hostile and unusual input (review F14): cut, counted or refused, and said so ---------------------------
+
+NCCL_HEAD = "node1:12:34 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n"
+
+
+def test_a_line_of_100_kb_is_cut_before_the_parsers_and_the_rest_is_still_read():
+    """One base64 line of 100 KB went through regexes quadratic in its length (40,000 characters
+    took 49 s); now it is cut to MAX_INPUT_LINE first and the note says so."""
+    text = NCCL_HEAD + "QUJD" * 25_000 + "\nnode1:12:34 [0] NCCL WARN the last line\n"
+    out = diagnose_text(text, "job.log")
+    assert out["kind"] == "nccl_log" and out["error"] is None
+    assert out["notes"][0] == (f"1 line(s) longer than {doctor.MAX_INPUT_LINE} characters were cut to "
+                               f"{doctor.MAX_INPUT_LINE} before reading")
+    assert [f["message"] for f in out["findings"] if f["id"] == "nccl.warn"] == ["the last line"]
+    assert doctor.cut_long_lines("a\n" + "b" * 5000 + "\nc")[0] == "a\n" + "b" * doctor.MAX_INPUT_LINE + "\nc"
+
+
+def test_twenty_thousand_warn_lines_are_kinds_with_counts_not_a_finding_each():
+    """Each WARN line was a finding, and each finding was looked up in every line: 4,000 lines
+    took 11.5 s, growing as the square. Lines that differ only in their numbers are one kind."""
+    text = NCCL_HEAD + "".join(f"node1:12:{i} [0] NCCL WARN peer {i} at 0x{i:x} timed out\n" for i in range(20_000))
+    text += "".join(f"node1:12:34 [0] NCCL WARN problem {w}\n" for w in
+                    ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
+                     "tau upsilon phi chi psi omega").split())
+    warns = [f for f in diagnose_text(text, "job.log")["findings"] if f["id"] == "nccl.warn"]
+    assert len(warns) == doctor_nccl_log.MAX_WARN_KINDS + 1
+    assert warns[0]["message"] == "peer 0 at 0x0 timed out (and 19999 more like it)" and warns[0]["count"] == 20_000
+    assert warns[0]["evidence"][0].endswith("NCCL WARN peer 0 at 0x0 timed out")
+    assert warns[-1]["message"] == "5 more kinds of NCCL WARN (5 lines) not listed" and warns[-1]["evidence"] == []
+    assert sum(f["count"] for f in warns) == 20_024
+
+
+def test_a_netplan_alias_bomb_is_refused_not_expanded():
+    """378 bytes of nested aliases became 3.8 MB of text, nine times more per level; aliases are
+    refused (netplan files need none) with the reason."""
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    text = "network:\n  version: 2\n  ethernets:\n    eth0: {mtu: 9000}\n" + "\n".join(levels) + "\n"
+    out = diagnose_text(text, "01-netcfg.yaml", kind="netplan")
+    assert out["error"].startswith("01-netcfg.yaml: netplan YAML not readable: YAML error: aliases (*name) are "
+                                   "refused")
+
+
+@pytest.mark.parametrize("through", ["file", "stdin"])
+def test_a_file_larger_than_twice_the_read_window_is_read_at_both_ends_and_said_so(tmp_path, monkeypatch, through):
+    """The whole file was read, then decoded and split several times (a 2 GB log: gigabytes of
+    memory). Its first and last HEAD_TAIL_BYTES are read; the WARN at its end is still found."""
+    import ncclprep.doctor_cmd as cmd
+
+    monkeypatch.setattr(cmd, "HEAD_TAIL_BYTES", 64 * 1024)
+    filler = "".join(f"node1:12:34 [0] NCCL INFO Channel {i % 32:02d}/0 : 0[0] -> 1[1] via P2P/IPC\n"
+                     for i in range(20_000))
+    data = (NCCL_HEAD + filler + "node1:12:34 [0] NCCL WARN the job ended here\n").encode()
+    path = tmp_path / "big.log"
+    path.write_bytes(data)
+    rc, out = run(["--json", str(path)]) if through == "file" else run(["--json"], stdin_bytes=data)
+    doc = json.loads(out)["inputs"][0]
+    skipped = len(data) - 2 * 64 * 1024
+    assert doc["notes"][0] == (f"input cut: only its first and last 0 MiB were read; the {skipped / 1e9:.2f} GB "
+                               "between them were skipped (split the file, or give the part around the failure)")
+    assert [f["message"] for f in doc["findings"] if f["id"] == "nccl.warn"] == ["the job ended here"]
+    small = tmp_path / "small.log"
+    small.write_bytes(data[:100_000])
+    assert not any(n.startswith("input cut") for n in json.loads(run(["--json", str(small)])[1])["inputs"][0]["notes"])

@@ -30,12 +30,15 @@ import re
 
 from ansible.module_utils.ncclprep.parsers import finding
 
-_PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]|]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+# Every pattern below runs on every line, also on hostile ones (a base64 line of 100 KB): each is
+# anchored so that it is tried only where a token starts (a look-behind), never at each character
+# inside one, which made them quadratic in the line's length (review F14).
+_PREFIX_RE = re.compile(r"(?<![^\s:\[\]|])(?P<host>[^\s:\[\]|]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 _SOCKET_LIST_RE = re.compile(r"NET/Socket : Using\b")
 _IFACE_RE = re.compile(r"\[(\d+)\]([^:\s\[\]]+):(\S+?)<(\d+)>")
 _ENV_RE = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S.*?)\s*$")
 _WARN_RE = re.compile(r"NCCL WARN (.*?)\s*$")
-_SRC_RE = re.compile(r"(\S+\.(?:cc|cu|h|c):\d+) NCCL WARN")
+_SRC_RE = re.compile(r"(?<!\S)(\S+\.(?:cc|cu|h|c):\d+) NCCL WARN")
 # Old "with error 12, opcode 1, len 0, vendor err 129", newer "with status=12 opcode=1 len=0 vendor err 129"
 # and newest "with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129".
 _IB_COMPLETION_RE = re.compile(r"NET/IB(?:/\w+)? ?: Got completion (?:from peer (\S+) )?with "
@@ -48,7 +51,7 @@ _HOP_RE = re.compile(r"\b(Ring|Channel) (\d+)(?:/\d+)? : (\d+)(?:\[(\d+)\])? -> 
 _VERSION_RE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)(?:\+cuda(\S+))?")
 _NETWORK_RE = re.compile(r"\bUsing network (\S+)")
 _IB_LIST_RE = re.compile(r"\bNET/IB : Using (.*?)(?:; OOB (\S+?):(\S+?)<\d+>)?\s*$")
-_IB_DEV_RE = re.compile(r"([A-Za-z0-9_.-]+):(\d+)/(IB|RoCE)\b")
+_IB_DEV_RE = re.compile(r"(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]+):(\d+)/(IB|RoCE)\b")
 _BOOTSTRAP_RE = re.compile(r"\bBootstrap ?: Using (\S+?):(\S+?)<\d+>")
 _GDR_RE = re.compile(r"\bGPU Direct RDMA (Enabled|Disabled)\b")
 _PLUGIN_RE = re.compile(r"\b(NET/Plugin ?: .*?|Using (?:non-device )?net plugin version \d+|Plugin Path : \S+"
@@ -56,6 +59,9 @@ _PLUGIN_RE = re.compile(r"\b(NET/Plugin ?: .*?|Using (?:non-device )?net plugin 
 _INIT_RE = re.compile(r"\bcomm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(.*?)- Init (START|COMPLETE)\b")
 _BUSID_RE = re.compile(r"\bbusId ([0-9a-fA-F]+)")
 _COMMID_RE = re.compile(r"\bcommId (0x[0-9a-fA-F]+)")
+_NUMBERS_RE = re.compile(r"0x[0-9a-fA-F]+|\d+")
+#: nccl.warn findings listed per log before the rest are counted in one
+MAX_WARN_KINDS = 20
 _NOISE_RE = re.compile(r"^\.\.\.$|(?:^|:)Last error:$")  # elision marks and the header of an error's text
 
 #: ibv_wc_status numbers (rdma-core libibverbs/verbs.h) that NCCL prints as "completion error N".
@@ -259,7 +265,10 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       the maintainer's explanation in NVIDIA/nccl#426 (error 12 is a timeout; right away it means
       the NICs cannot talk over RoCE although the connection, not made over RoCE, was set up; the
       thread's fix was NCCL_IB_GID_INDEX=3) and NCCL's env docs on NCCL_IB_GID_INDEX.
-    - WARN ``nccl.warn`` for every other WARN line, as printed.
+    - WARN ``nccl.warn`` for every other kind of WARN line (lines that differ only in their
+      numbers are one kind), the first as printed with a count of the others (``count``,
+      ``first``: the first line's message); at most MAX_WARN_KINDS kinds, then one finding
+      counting the rest.
     - INFO ``nccl.transports`` with the transports used inside and between hosts.
     """
     out: list[dict] = []
@@ -299,9 +308,24 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
             fix = "check the HCAs and links with ibstat / ibv_devinfo and rerun with NCCL_DEBUG_SUBSYS=NET"
         out.append(finding("nccl.ib_completion_error", "FAIL", err["host"] or subject_host, message, fix, host=host,
                            error=err["error"], opcode=err["opcode"], vendor_err=err["vendor_err"]))
+    # WARN lines that differ only in their numbers (ranks, addresses, sizes, pointers) are one
+    # finding with a count, and at most MAX_WARN_KINDS of them are listed: a log of 20,000
+    # WARN lines was 20,000 findings, each looked up in every line (review F14)
+    kinds: dict[str, list[dict]] = {}
     for warn in parsed.get("warnings", []):
         if not _IB_COMPLETION_RE.search(warn["message"]):
-            out.append(finding("nccl.warn", "WARN", warn["host"] or subject_host, warn["message"], "", host=host))
+            kinds.setdefault(_NUMBERS_RE.sub("#", warn["message"]), []).append(warn)
+    for i, same in enumerate(kinds.values()):
+        if i == MAX_WARN_KINDS:
+            rest = list(kinds.values())[i:]
+            out.append(finding("nccl.warn", "WARN", subject_host,
+                               f"{len(rest)} more kinds of NCCL WARN ({sum(map(len, rest))} lines) not listed",
+                               "", host=host, count=sum(map(len, rest)), first=None))
+            break
+        first = same[0]["message"]
+        more = f" (and {len(same) - 1} more like it)" if len(same) > 1 else ""
+        out.append(finding("nccl.warn", "WARN", same[0]["host"] or subject_host, first + more, "", host=host,
+                           count=len(same), first=first))
     if parsed.get("hops"):
         used = transports_used(parsed["hops"])
         rdma = any(t.startswith("NET/IB") for t in used["inter_host"])
