@@ -336,22 +336,26 @@ def test_a_node_frozen_mid_run_is_gone_alike_on_every_node_inside_the_least_dead
     under netprobe.min_deadline: every one of them returns a result (none is killed at the
     deadline, as the local cluster's CI saw when each node judged the round on its own clock
     and fell a round behind the others), they agree that n3 left, and the directions to n3
-    start no second phase (they are n3's, not suspect links)."""
+    start no second phase (they are n3's, not suspect links). Round deadlines (step 1 s, connect
+    0.5 s) leave a live peer on a loaded 2-core machine room to answer."""
     pytest.importorskip("torch")
     ctx = multiprocessing.get_context("spawn")
     store, listen = _free_port(), _free_port()
     for a in ADDRS4:
         with socket.socket() as s:
             s.bind((a, listen))
-    quick = {"mtu": None, "step_timeout": 0.5, "connect_timeout": 0.3, "join_timeout": 8}
+    quick = {"mtu": None, "step_timeout": 1.0, "connect_timeout": 0.5, "join_timeout": 8}
     kwargs = [_kwargs(r, store, listen, HOSTS4, ADDRS4) | quick for r in range(4)]
-    deadline = min_deadline(8, 0.3, 0.5, 0.05, None)
-    assert deadline == 8 + round_seconds(0.3, 0.5, 0.05, None) + ROUND_CLOSE_SLACK_S == pytest.approx(26.4)
+    deadline = min_deadline(8, 0.5, 1.0, 0.05, None)
+    assert deadline == 8 + round_seconds(0.5, 1.0, 0.05, None) + ROUND_CLOSE_SLACK_S == pytest.approx(31.2)
     results = _freeze_one(ctx, kwargs[2], [kwargs[r] for r in (0, 1, 3)], deadline)
     assert {r: o["outcome"] for r, o in results.items()} == {0: "result", 1: "result", 3: "result"}, results
     for r, o in results.items():
         assert o["value"]["status"] == "HANG" and o["value"]["gone_hosts"] == ["n3"], (r, o["value"])
         assert o["value"]["store_error"] is None
-        assert {row["phase"] for row in o["value"]["links"]} <= {1}
+        # a live pair may be re-paired in phase 2 (on a loaded machine its latency or
+        # bandwidth is an outlier: seen 1 run in 5 on 2 cores); a direction to or from n3 never
+        retested = [(x["src"], x["dst"]) for x in o["value"]["links"] if x["phase"] != 1]
+        assert not [pair for pair in retested if "n3" in pair], (r, retested)
     hung = [(x["src"], x["dst"]) for o in results.values() for x in o["value"]["links"] if x["hang"]]
     assert hung and all(dst == "n3" for _src, dst in hung), hung
