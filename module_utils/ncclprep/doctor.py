@@ -150,7 +150,7 @@ _COMPANIONS = {"torch_dist": "nccl_log", "nccl_log": "torch_dist"}
 COMPANION_SCORE = 4
 #: Characters of a long input's head and of its tail that kind detection reads (a kind's signature
 #: lines are in the first and last screenfuls; a 50 MB log is not scanned 40 times).
-SCORE_WINDOW = 1 << 20
+SCORE_WINDOW = 1 << 18
 #: Control characters that are not text (tab, newline, carriage return and form feed are).
 _CONTROL_CHARS = tuple(chr(c) for c in range(32) if chr(c) not in "\t\n\r\f")
 

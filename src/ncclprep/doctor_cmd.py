@@ -80,8 +80,9 @@ def build_parser(stream=None) -> argparse.ArgumentParser:
 
 #: How much of an input is read: its first and last HEAD_TAIL_BYTES (a job's log says how it
 #: started at the top and how it ended at the bottom); what lies between is skipped and said so.
-#: 2 x 4 MiB keeps a 2 GB file to seconds and well under 200 MB of memory (review F14).
-HEAD_TAIL_BYTES = 4 * 1024 * 1024
+#: 2 x 1 MiB (about 30,000 lines of an NCCL log) keeps a 2 GB file to seconds and well under
+#: 200 MB of memory (review F14; bench/doctor_input.py: 2 x 4 MiB took 15 s and 216 MB here).
+HEAD_TAIL_BYTES = 1024 * 1024
 _CHUNK = 1024 * 1024
 
 

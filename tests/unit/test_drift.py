@@ -331,6 +331,7 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
         ("ssh_trust", "Ensure every node holds the public key"),  # the pair made on the first node
         ("numa_pinning", "Ensure irqbalance leaves the NIC's IRQs alone"),  # only where irqbalance is installed
         ("torch_runtime", "Copy the wheelhouse to the node"),  # the wheels: versions.torch checks what they install
+        ("firewall", "Install the dead-man switch"),  # a tool, not configuration: installed by every run that uses it
     }
     writers = ("ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.blockinfile",
                "ansible.builtin.lineinfile", "ansible.builtin.known_hosts")
