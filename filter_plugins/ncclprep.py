@@ -25,7 +25,7 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
-from ansible.module_utils.ncclprep.firewall import check_firewall, ruleset  # noqa: E402
+from ansible.module_utils.ncclprep.firewall import check_firewall, ruleset, ufw_unintended  # noqa: E402
 from ansible.module_utils.ncclprep.nccl_vars import check_env  # noqa: E402
 from ansible.module_utils.ncclprep.numa import irqs_off, numa_intent  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
@@ -180,6 +180,15 @@ def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, con
     addresses = {h: m["address"] for h, m in (members or {}).items() if m.get("address")}
     return check_firewall(rules, host, bool(allow_world), (connection or "").strip() or None,
                           ansible_facts_addresses(facts) if facts else None, addresses or None, bool(over_ssh))
+
+
+def ufw_stale(live: list | None, intended: list) -> list[dict]:
+    """ncclprep's own ufw rules (by comment) that ``intended`` no longer holds, to delete:
+    ``firewall.ufw_unintended(intended, live)["stale"]`` with ``to`` as community.general.ufw
+    takes it (``any`` for every address). ``live``: facts ``firewall.ufw_rules`` (None: not
+    read, nothing to delete)."""
+    stale = ufw_unintended(intended or [], live or [])["stale"]
+    return [dict(r, to="any" if r["to"] in ("0.0.0.0/0", "::/0") else r["to"]) for r in stale]
 
 
 def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:
@@ -337,6 +346,7 @@ class FilterModule:
             "ncclprep_cpulist": cpulist,
             "ncclprep_firewall_rules": firewall_rules,
             "ncclprep_firewall_errors": firewall_errors,
+            "ncclprep_ufw_stale": ufw_stale,
             "ncclprep_cidr_errors": cidr_errors,
             "ncclprep_managed": managed,
             "ncclprep_net_min_deadline": net_min_deadline,

@@ -21,12 +21,16 @@ from collections.abc import Callable
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
 from ansible.module_utils.ncclprep.numa import read_affinity, read_topology
 from ansible.module_utils.ncclprep.parsers.netplan import KINDS as NETPLAN_KINDS
+from ansible.module_utils.ncclprep.parsers.ufw import parse_ufw_user_rules
 from ansible.module_utils.ncclprep.sysfs import read_text
 
 Runner = Callable[[list, float], tuple]
 
 UFW = "/usr/sbin/ufw"
 NFT = "/usr/sbin/nft"
+#: ufw's own rule files (IPv4, IPv6) and its defaults file (IPV6=yes|no)
+UFW_USER_RULES = ("/etc/ufw/user.rules", "/etc/ufw/user6.rules")
+UFW_DEFAULTS = "/etc/default/ufw"
 BACKENDS = ("auto", "ufw", "nftables")
 
 
@@ -46,9 +50,11 @@ def choose_firewall_backend(requested: str, have_ufw: bool, have_nft: bool) -> s
 
 def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: str = "",
              listening: list[dict] | None = None) -> dict:
-    """``{tools: {ufw, nft} (installed), backend, rc, stdout, listening}``: the live rule set of
-    the chosen backend (``ufw status verbose``, or ``nft -j list table inet ncclprep``) and the
-    TCP listeners.
+    """``{tools: {ufw, nft} (installed), backend, rc, stdout, listening, ufw_rules, ufw_ipv6}``:
+    the live rule set of the chosen backend (``ufw status verbose``, or ``nft -j list table inet
+    ncclprep``) and the TCP listeners; with ufw also its rules as it keeps them (the tuples of
+    UFW_USER_RULES, ``parsers.ufw.parse_ufw_user_rules``; None: user.rules not readable) and IPV6=
+    of UFW_DEFAULTS ("yes", "no"; None: not set or not readable), else both None.
 
     rc is None when the backend's tool is not installed. ``listening``: the ``tcp_listen``
     facts of community.general.listen_ports_facts, kept as [{port, address, pid, name}]
@@ -59,9 +65,16 @@ def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: st
     kept = None if listening is None else [
         {"port": int(s["port"]), "address": s.get("address"), "pid": s.get("pid"), "name": s.get("name")}
         for s in listening if isinstance(s, dict) and str(s.get("port", "")).isdigit()]
-    out = {"tools": tools, "backend": chosen, "rc": None, "stdout": "", "listening": kept}
+    out = {"tools": tools, "backend": chosen, "rc": None, "stdout": "", "listening": kept, "ufw_rules": None,
+           "ufw_ipv6": None}
     if not tools["ufw" if chosen == "ufw" else "nft"]:
         return out
+    if chosen == "ufw":
+        texts = [read_text(root + path) for path in UFW_USER_RULES]
+        if texts[0] is not None:  # user6.rules may be absent where IPv6 was never on
+            out["ufw_rules"] = parse_ufw_user_rules(texts[0]) + parse_ufw_user_rules(texts[1] or "", v6=True)
+        found = re.search(r"^IPV6=\"?(\w+)\"?\s*$", read_text(root + UFW_DEFAULTS) or "", re.M)
+        out["ufw_ipv6"] = found.group(1).lower() if found else None
     argv = ["ufw", "status", "verbose"] if chosen == "ufw" else ["nft", "-j", "list", "table", "inet", "ncclprep"]
     rc, stdout, _ = run(argv, timeout)
     out.update(rc=rc, stdout=stdout)

@@ -25,7 +25,7 @@ NEAR_WORLD_PREFIX = {4: 8, 6: 16}
 # What a comment and an interface may hold: they are written inside nft's double quotes and
 # into ufw's command line (community.general.ufw joins its arguments into one string), so a
 # quote, a newline or a ';' would start a rule of its own (review F6).
-COMMENT_RE = re.compile(r"[\w .,:()/-]{0,64}\Z")
+COMMENT_RE = re.compile(r"[\w .,:()/-]{0,74}\Z")  # 64 of the user's, "ncclprep: " before them
 # Linux interface names: at most 15 bytes (IFNAMSIZ - 1); letters, digits, '_', '.', '-', '@'
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}\Z")
 
@@ -63,8 +63,73 @@ def ruleset(cluster_cidr: str, interface: str, rendezvous_ports: list, rendezvou
     for rule in extra_rules or []:
         rules.append({"from": str(rule.get("from")), "port": None if rule.get("port") is None else int(rule["port"]),
                       "proto": str(rule.get("proto", "tcp")), "interface": rule.get("interface"),
-                      "comment": str(rule.get("comment", "ncclprep: extra rule")), "var": "firewall_extra_rules"})
+                      "comment": owned_comment(rule.get("comment")), "var": "firewall_extra_rules"})
     return rules
+
+
+#: Every comment ncclprep writes starts so: a ufw rule with it is ncclprep's own, removed when
+#: no longer intended (review F7); the rules of others are never removed, only reported.
+OWNED_PREFIX = "ncclprep"
+
+
+def owned_comment(comment: object) -> str:
+    """An extra rule's comment as written: ``ncclprep: <comment>`` (``ncclprep: extra rule``
+    when none), unless it starts with OWNED_PREFIX already."""
+    text = "extra rule" if comment is None else str(comment)
+    return text if text.startswith(OWNED_PREFIX) else f"{OWNED_PREFIX}: {text}"
+
+
+def _key(source: str, port, proto: str, interface: str | None):
+    """What makes two allow rules the same: (source network, port as text or None, protocol,
+    interface or None); None when the source does not parse."""
+    try:
+        net = ipaddress.ip_network("0.0.0.0/0" if source in ("any", "Anywhere") else source, strict=False)
+    except ValueError:
+        return None
+    return net, None if port is None else str(port), proto, interface or None
+
+
+def ufw_rule_text(rule: dict) -> str:
+    """A rule of ``parsers.ufw.parse_ufw_user_rules`` in ufw's own syntax (``ufw delete <this>``
+    removes it): ``allow in on eth0 proto tcp from 10.0.0.1 to any port 22``."""
+    parts = [rule["action"], rule.get("direction") or "in"]
+    if rule.get("interface"):
+        parts += ["on", rule["interface"]]
+    if rule.get("proto") not in (None, "any") and not rule.get("app"):
+        parts += ["proto", rule["proto"]]
+    parts += ["from", "any" if rule["from"] in ("0.0.0.0/0", "::/0") else rule["from"]]
+    parts += ["to", "any" if rule["to"] in ("0.0.0.0/0", "::/0") else rule["to"]]
+    if rule.get("app"):
+        parts += ["app", rule["app"]]
+    elif rule.get("port"):
+        parts += ["port", rule["port"]]
+    return " ".join(parts)
+
+
+def ufw_unintended(intended: list[dict], live: list[dict]) -> dict[str, list[dict]]:
+    """Which live ufw rules are not the intended ones: ``{"stale": [...], "foreign": [...]}``.
+
+    ``intended``: ``ruleset``'s rules; ``live``: ``parsers.ufw.parse_ufw_user_rules`` of
+    user.rules and user6.rules. Only ALLOW and LIMIT rules on incoming traffic are compared (a
+    deny closes, it never opens). A live rule matches an intended one when source network,
+    port, protocol and interface are equal and its destination is any address.
+    ``stale``: ncclprep's own (comment starting with OWNED_PREFIX) that no longer match, for the
+    role to delete; ``foreign``: the rules of others (a cloud image's ``allow OpenSSH``, a hand
+    ``ufw allow 29400``) that open what the role does not intend, for firewall.rules to FAIL
+    on. Each entry is the live rule with ``text`` (``ufw_rule_text``) added.
+    """
+    want = {_key(r["from"], r["port"], r["proto"], r.get("interface")) for r in intended}
+    out: dict[str, list[dict]] = {"stale": [], "foreign": []}
+    for rule in live:
+        if rule.get("route") or rule.get("action") not in ("allow", "limit") or rule.get("direction") != "in":
+            continue
+        to_any = rule.get("to") in ("0.0.0.0/0", "::/0") and not rule.get("app")
+        if to_any and rule.get("from_port") is None \
+                and _key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface")) in want:
+            continue
+        owned = str(rule.get("comment") or "").startswith(OWNED_PREFIX)
+        out["stale" if owned else "foreign"].append(dict(rule, text=ufw_rule_text(rule)))
+    return out
 
 
 def allows(rules: list[dict], client: str, port: int, interface: str | None) -> bool:
@@ -107,7 +172,9 @@ def check_firewall(rules: list[dict], host: str, allow_world: bool = False, conn
     for rule in rules:
         var = rule.get("var", "firewall rule")
         if not COMMENT_RE.match(str(rule.get("comment") or "")):
-            errors.append(f"{host}: {var} comment={rule['comment']!r}: only letters, digits, spaces and .,:()/- "
+            given = str(rule["comment"]).removeprefix(f"{OWNED_PREFIX}: ") if var == "firewall_extra_rules" \
+                else rule["comment"]
+            errors.append(f"{host}: {var} comment={given!r}: only letters, digits, spaces and .,:()/- "
                           f"(at most 64), since nft and ufw would read a quote or a newline as a rule of its own")
             continue
         iface = rule.get("interface")
@@ -156,3 +223,39 @@ def check_firewall(rules: list[dict], host: str, allow_world: bool = False, conn
                     f"{client} to firewall_admin_cidrs")
     return errors
 
+
+
+def nft_rule_text(rule: dict) -> str:
+    """A rule of ``parsers.nft.parse_nft_table`` in nft's syntax, as near as its fields tell."""
+    parts = []
+    if rule.get("interface"):
+        parts.append(f'iifname "{rule["interface"]}"')
+    if rule.get("from"):
+        parts.append(f"{'ip6' if ':' in rule['from'] else 'ip'} saddr {rule['from']}")
+    if rule.get("port") is not None:
+        parts.append(f"{'th' if rule.get('proto') == 'any' else rule.get('proto')} dport {rule['port']}")
+    if rule.get("other"):
+        parts.append(f"({len(rule['other'])} more statements)")
+    return " ".join(parts + [rule.get("verdict") or "continue"])
+
+
+def nft_unintended(intended: list[dict], table: dict) -> dict[str, list]:
+    """The intended rules the live table lacks and the accepts it has beyond them:
+    ``{"missing": [intended rule], "foreign": [live rule with "text"]}``.
+
+    ``table``: ``parsers.nft.parse_nft_table``. The role's fixed rules (conntrack, loopback,
+    ICMP: ``base``) are not compared; an accept with a statement the parser does not know, or
+    with no source, is foreign (it may open anything)."""
+    want = {_key(r["from"], r["port"], r["proto"], r.get("interface")): r for r in intended}
+    have = set()
+    foreign = []
+    for rule in table.get("rules") or []:
+        if rule.get("verdict") != "accept" or (rule.get("base") and not rule.get("from")):
+            continue
+        key = _key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface")) \
+            if rule.get("from") and not rule.get("other") else None
+        if key is not None and key in want:
+            have.add(key)
+        else:
+            foreign.append(dict(rule, text=nft_rule_text(rule)))
+    return {"missing": [r for k, r in want.items() if k not in have], "foreign": foreign}

@@ -163,14 +163,19 @@ FAULTS = [
                              "ncclprep_squatter.bind((\"0.0.0.0\", 29400)); ncclprep_squatter.listen(); "
                              "time.sleep(600)'"},
           ready={"node1": "ss -Hltn 'sport = :29400' | grep -q LISTEN"}),
-    Fault("firewall-off-and-key-refused", "the firewall off on node1, and node-to-node SSH refused by node3 while "
-          "Ansible's own connection still works (the cluster key gone from its authorized_keys)",
-          {"node1": "ufw disable",
+    # review F7: a hand-added ufw rule that opens everything passed as long as the cluster was let in
+    Fault("firewall-off-open-and-key-refused", "the firewall off on node1, everything allowed on node2 (ufw insert 1 "
+          "allow from any), and node-to-node SSH refused by node3 while Ansible's own connection still works (the "
+          "cluster key gone from its authorized_keys)",
+          {"node1": "ufw disable", "node2": "ufw insert 1 allow from any",
            "node3": "cp /root/.ssh/authorized_keys /root/ak.bak && sed -i '/ncclprep cluster key/d' "
                     "/root/.ssh/authorized_keys"},
-          {"node1": "ufw --force enable", "node3": "cat /root/ak.bak > /root/.ssh/authorized_keys"},
-          {"firewall.rules": ["node1"], "ssh.trust": ["node1 -> node3", "node2 -> node3"]},
-          {"firewall.rules": "node1: ufw is inactive", "ssh.trust": "auth_denied"}),
+          {"node1": "ufw --force enable", "node2": "ufw delete allow from any",
+           "node3": "cat /root/ak.bak > /root/.ssh/authorized_keys"},
+          {"firewall.rules": ["node1", "node2"], "ssh.trust": ["node1 -> node3", "node2 -> node3"]},
+          {"firewall.rules": ("node1: ufw is inactive",
+                              "node2: allows what ncclprep does not intend: allow in from any to any (remove it"),
+           "ssh.trust": "auth_denied"}),
 ]
 #: Filled in as the faults run: fault id -> {"seconds": detection time, "bad": {check: hosts}}.
 SEEN: dict[str, dict] = {}

@@ -442,13 +442,118 @@ def test_firewall_active_default_deny_cluster_allowed_passes():
     recs = healthy()
     for h in HOSTS:
         _fw(recs[h])
-    _fw(recs["node3"],
-        '{"nftables": [{"chain": {"family": "inet", "table": "ncclprep", "name": "input", "policy": "drop"}},'
-        ' {"rule": {"expr": [{"match": {"right": {"prefix": {"addr": "10.0.0.0", "len": 24}}}}]}}]}',
-        backend="nftables")
+    _fw(recs["node3"], _nft_table(_nft_rule(_NFT_ETH0, _NFT_CLUSTER)), backend="nftables")
     check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
     assert check["status"] == "PASS"
     assert check["measured"] == {"node1": "ufw", "node2": "ufw", "node3": "nftables"}
+
+
+# statements as nft -j prints them (tests/fixtures/firewall/nft-table.json)
+_NFT_ETH0 = {"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": "eth0"}}
+_NFT_CLUSTER = {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}},
+                          "right": {"prefix": {"addr": "10.0.0.0", "len": 24}}}}
+
+
+def _nft_rule(*stmts, verdict="accept", comment=None):
+    rule = {"family": "inet", "table": "ncclprep", "chain": "input", "expr": [*stmts, {verdict: None}]}
+    return {"rule": dict(rule, comment=comment) if comment else rule}
+
+
+def _nft_table(*rules, policy="drop"):
+    import json
+    return json.dumps({"nftables": [{"table": {"family": "inet", "name": "ncclprep"}},
+                                    {"chain": {"family": "inet", "table": "ncclprep", "name": "input",
+                                               "policy": policy}}, *rules]})
+
+
+def test_nft_table_is_read_as_json_not_searched_as_text():
+    """Review F7: the check passed when the cluster's address was anywhere in the text (a comment)
+    and an unconditional accept opened every port."""
+    recs = healthy()
+    for h in HOSTS:
+        _fw(recs[h], backend="nftables", stdout=_nft_table(_nft_rule(_NFT_ETH0, _NFT_CLUSTER)))
+    _fw(recs["node2"], backend="nftables",
+        stdout=_nft_table(_nft_rule(comment="ncclprep: cluster 10.0.0.0/24")))
+    wide = dict(_NFT_CLUSTER, match=dict(_NFT_CLUSTER["match"], right={"prefix": {"addr": "10.0.0.0", "len": 8}}))
+    _fw(recs["node3"], backend="nftables", stdout=_nft_table(_nft_rule(_NFT_ETH0, wide), policy="accept"))
+    check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
+    assert check["status"] == "FAIL" and check["hosts"] == ["node2", "node3"]
+    assert check["measured"] == {
+        "node2": "no rule for 10.0.0.0/24 (c); accepts what ncclprep does not intend: accept",
+        "node3": "table inet ncclprep's input policy is accept, not drop"}
+    _fw(recs["node3"], backend="nftables", stdout=_nft_table(_nft_rule(_NFT_ETH0, wide)))
+    assert by_id(evaluate(recs, HOSTS))["firewall.rules"]["measured"]["node3"] == (
+        "no rule for 10.0.0.0/24 (c); accepts what ncclprep does not intend: iifname \"eth0\" ip saddr 10.0.0.0/8 "
+        "accept")
+    _fw(recs["node3"], backend="nftables", stdout="not json")
+    assert by_id(evaluate(recs, HOSTS))["firewall.rules"]["measured"]["node3"].startswith(
+        "table inet ncclprep not readable: not nft JSON")
+
+
+def test_the_role_s_own_nft_table_passes():
+    """The table the role's template makes, as nft printed it (fixtures/firewall): its fixed
+    rules (conntrack, loopback, ICMP) are not allow rules; its other accepts are what it read."""
+    from ansible.module_utils.ncclprep.parsers.nft import parse_nft_table
+
+    with open(os.path.join(ncclprep.REPO_ROOT, "tests", "fixtures", "firewall", "nft-table.json")) as fh:
+        table = parse_nft_table(fh.read())
+    assert table["error"] is None and table["policy"] == "drop"
+    allow = [(r["from"], r["port"], r["proto"], r["interface"]) for r in table["rules"] if not r["base"]]
+    assert allow == [("10.77.31.8/29", None, "any", "eth0"), ("10.77.31.1", 22, "tcp", None),
+                     ("fd00::/64", 9100, "any", None), ("10.0.0.0/8", 5000, "udp", None), (None, None, "any", None)]
+    assert [r["verdict"] for r in table["rules"] if r["base"]] == ["accept", "drop", "accept", "accept"]
+    assert table["rules"][4]["comment"] == "ncclprep: cluster traffic (NCCL, Gloo, rendezvous)"
+
+
+def _ufw_rules():
+    from ansible.module_utils.ncclprep.parsers.ufw import parse_ufw_user_rules
+
+    folder = os.path.join(ncclprep.REPO_ROOT, "tests", "fixtures", "firewall")
+    with open(os.path.join(folder, "user.rules")) as v4, open(os.path.join(folder, "user6.rules")) as v6:
+        return parse_ufw_user_rules(v4.read()) + parse_ufw_user_rules(v6.read(), v6=True)
+
+
+def test_ufw_allows_beyond_the_intent_and_ipv6_off_fail():
+    """Review F7: ``ufw allow from any`` (or a cloud image's ``allow OpenSSH``) next to the role's
+    rules, an admin network dropped from the inventory, and IPV6=no all passed."""
+    recs = healthy()
+    intended = FW_RULES + [{"from": "192.168.10.0/24", "port": 22, "proto": "tcp", "interface": None,
+                            "comment": "ncclprep: SSH from the admin network", "var": "firewall_admin_cidrs"}]
+    for h in HOSTS:
+        _fw(recs[h])
+        recs[h]["intent"]["firewall"]["rules"] = intended
+        recs[h]["facts"]["firewall"].update(ufw_rules=[r for r in _ufw_rules() if r["comment"]], ufw_ipv6="yes")
+    assert by_id(evaluate(recs, HOSTS))["firewall.rules"]["hosts"] == HOSTS  # 192.168.20.0/24 is no longer intended
+    assert recs["node1"]["facts"]["firewall"]["ufw_rules"][2]["from"] == "192.168.20.0/24"
+    for h in HOSTS:
+        del recs[h]["facts"]["firewall"]["ufw_rules"][2]
+    assert by_id(evaluate(recs, HOSTS))["firewall.rules"]["status"] == "PASS"
+    recs["node1"]["facts"]["firewall"]["ufw_rules"] = _ufw_rules()
+    recs["node3"]["facts"]["firewall"]["ufw_ipv6"] = "no"
+    check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
+    assert check["status"] == "FAIL" and check["hosts"] == ["node1", "node3"]
+    node1 = check["measured"]["node1"].split("; ")
+    assert node1 == [
+        "allows what ncclprep does not intend: allow in proto tcp from 192.168.20.0/24 to any port 22 (ncclprep's, "
+        "no longer intended: re-run site.yml)",
+        "allows what ncclprep does not intend: allow in from any to any app OpenSSH (remove it: ufw delete allow in "
+        "from any to any app OpenSSH, or list it in firewall_extra_rules)",
+        "allows what ncclprep does not intend: allow in from any to any (remove it: ufw delete allow in from any to "
+        "any, or list it in firewall_extra_rules)",
+        "allows what ncclprep does not intend: limit in proto tcp from any to any port 2222 (remove it: ufw delete "
+        "limit in proto tcp from any to any port 2222, or list it in firewall_extra_rules)",
+        "allows what ncclprep does not intend: allow in proto udp from 10.1.0.0/16 to any port 6000:6007 (remove "
+        "it: ufw delete allow in proto udp from 10.1.0.0/16 to any port 6000:6007, or list it in "
+        "firewall_extra_rules)",
+        "allows what ncclprep does not intend: allow in from any to any app OpenSSH (v6) (remove it: ufw delete "
+        "allow in from any to any app OpenSSH, or list it in firewall_extra_rules)",
+        "allows what ncclprep does not intend: allow in from any to any (v6) (remove it: ufw delete allow in from "
+        "any to any, or list it in firewall_extra_rules)",
+        "allows what ncclprep does not intend: limit in proto tcp from any to any port 2222 (v6) (remove it: ufw "
+        "delete limit in proto tcp from any to any port 2222, or list it in firewall_extra_rules)",
+        "allows what ncclprep does not intend: allow in from fd00::/64 to any port 9100 (v6) (remove it: ufw "
+        "delete allow in from fd00::/64 to any port 9100, or list it in firewall_extra_rules)"]
+    assert check["measured"]["node3"].startswith("IPV6=no in /etc/default/ufw: ufw filters no IPv6 traffic")
 
 
 def test_firewall_off_open_or_blocking_names_each_host():

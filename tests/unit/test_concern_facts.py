@@ -5,6 +5,7 @@ ssh_trust records in every node's known_hosts."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from ansible.module_utils.ncclprep import concern_facts
@@ -16,6 +17,8 @@ from ansible.module_utils.ncclprep.concern_facts import (
     ssh_folder_problem,
     ssh_trust,
 )
+
+import ncclprep
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKxulkEfovnGyAAneOt8Z/7XR7ws22inGYvUujwDbrGX"
 
@@ -198,3 +201,28 @@ def test_nccl_env_facts_read_the_launch_files_as_they_are(tmp_path):
     assert read["files"][0] == {"path": str(env), "values": {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}}
     assert read["files"][1] == {"path": str(tmp_path / "absent"), "values": None}
     assert read["files"][2]["values"].startswith(f"unreadable: {bad}:1: not KEY=VALUE")
+
+
+def test_ufw_facts_read_its_own_rule_files_and_ipv6_setting(tmp_path):
+    """Review F7: with ufw the reader also takes ufw's rules as it keeps them (user.rules, user6.rules,
+    fixtures from a real ufw) and IPV6= of /etc/default/ufw; a node without them gives None."""
+    (tmp_path / "usr" / "sbin").mkdir(parents=True)
+    (tmp_path / "usr" / "sbin" / "ufw").write_text("")
+    assert concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))["ufw_rules"] is None
+    fixtures = os.path.join(ncclprep.REPO_ROOT, "tests", "fixtures", "firewall")
+    (tmp_path / "etc" / "ufw").mkdir(parents=True)
+    (tmp_path / "etc" / "default").mkdir()
+    shutil.copy(os.path.join(fixtures, "user.rules"), tmp_path / "etc" / "ufw" / "user.rules")
+    (tmp_path / "etc" / "default" / "ufw").write_text('# comment\nIPV6=no\nDEFAULT_INPUT_POLICY="DROP"\n')
+    read = concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))
+    assert read["ufw_ipv6"] == "no"
+    assert [(r["action"], r["from"], r["port"], r["v6"]) for r in read["ufw_rules"]] == [
+        ("allow", "10.0.0.0/24", None, False), ("allow", "192.168.10.0/24", "22", False),
+        ("allow", "192.168.20.0/24", "22", False), ("allow", "0.0.0.0/0", "22", False),
+        ("allow", "0.0.0.0/0", None, False), ("limit", "0.0.0.0/0", "2222", False),
+        ("allow", "10.1.0.0/16", "6000:6007", False), ("deny", "10.9.9.9", None, False)]
+    shutil.copy(os.path.join(fixtures, "user6.rules"), tmp_path / "etc" / "ufw" / "user6.rules")
+    assert [r["from"] for r in concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))["ufw_rules"]
+            if r["v6"]] == ["::/0", "::/0", "::/0", "fd00::/64"]
+    nft = concern_facts.firewall(Runner(), "nftables", root=str(tmp_path))
+    assert nft["ufw_rules"] is None and nft["ufw_ipv6"] is None

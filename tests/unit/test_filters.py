@@ -141,3 +141,16 @@ def test_member_duplicates_name_the_machine_listed_twice_and_the_shared_address(
         "inventory, or two machines with one name (rename one: hostnamectl set-hostname)"]
     assert F["ncclprep_member_duplicates"]({"a": {"name": "a", "address": "1"}, "b": {"name": "b", "address": "2"}}) \
         == []
+
+
+def test_the_ufw_stale_filter_hands_community_general_ufw_what_it_takes():
+    """ncclprep's own ufw rule no longer intended, with ``to`` as the ufw module takes it (review F7)."""
+    intended = F["ncclprep_firewall_rules"]("10.0.0.0/24", "eth0", [29400], ["10.0.0.0/24"], ["192.168.10.0/24"], 22,
+                                            [])
+    live = [{"action": "allow", "route": False, "proto": "tcp", "port": "22", "to": "0.0.0.0/0",
+             "from": "192.168.20.0/24", "from_port": None, "app": None, "direction": "in", "interface": None,
+             "comment": "ncclprep: SSH from the admin network", "v6": False}]
+    stale = F["ncclprep_ufw_stale"](live, intended)
+    assert [(r["from"], r["to"], r["port"], r["proto"], r["action"], r["text"]) for r in stale] == [
+        ("192.168.20.0/24", "any", "22", "tcp", "allow", "allow in proto tcp from 192.168.20.0/24 to any port 22")]
+    assert F["ncclprep_ufw_stale"](None, intended) == []

@@ -120,3 +120,41 @@ def test_cluster_rule_must_hold_every_node():
         "node1: firewall_cluster_cidr=10.0.0.128/25 does not hold the data-plane address of node1 (10.0.0.11), "
         "node2 (10.0.0.12): those nodes could not reach the others' NCCL/Gloo ports; use a CIDR holding every node"]
     assert check_firewall(rules(), "node1", members=members) == []
+
+
+def test_every_comment_written_is_ncclprep_s_so_its_rules_are_its_own():
+    """Review F7: the role owns the ufw rules with its comment; an extra rule's comment gets the prefix."""
+    r = rules(extra=[{"from": "10.9.0.0/16", "port": 9100, "comment": "node exporter"},
+                     {"from": "10.8.0.0/16", "port": 9200}, {"from": "10.7.0.0/16", "comment": "ncclprep: mine"}])
+    assert all(x["comment"].startswith("ncclprep: ") for x in r)
+    assert [x["comment"] for x in r[-3:]] == ["ncclprep: node exporter", "ncclprep: extra rule", "ncclprep: mine"]
+
+
+def _live(source, port, proto="tcp", comment="ncclprep: SSH from the admin network", **kw):
+    return {"action": "allow", "route": False, "proto": proto, "port": port, "to": "0.0.0.0/0", "from": source,
+            "from_port": None, "app": None, "direction": "in", "interface": None, "comment": comment, "v6": False,
+            **kw}
+
+
+def test_ufw_rules_no_longer_intended_are_stale_if_ncclprep_s_and_foreign_otherwise():
+    from ansible.module_utils.ncclprep.firewall import ufw_unintended
+
+    intended = rules(admin=("192.168.10.0/24",))
+    live = [_live("10.0.0.0/24", None, "any", "ncclprep: cluster traffic", interface="eth0"),
+            _live("10.0.0.0/24", "29400", comment="ncclprep: torch.distributed rendezvous"),
+            _live("192.168.10.0/24", "22"),
+            _live("192.168.20.0/24", "22"),  # dropped from firewall_admin_cidrs
+            _live("10.0.0.0/24", None, "any", "ncclprep: cluster traffic", interface="eth1"),  # other interface
+            _live("0.0.0.0/0", None, "any", None),  # ufw allow from any
+            _live("0.0.0.0/0", "22", comment=None, app="OpenSSH"),
+            _live("10.0.0.0/24", "22", to="10.0.0.5", comment=None),  # to one address only: not the intended rule
+            _live("0.0.0.0/0", "23", action="deny", comment=None),  # closes: never compared
+            _live("0.0.0.0/0", "24", direction="out", comment=None)]
+    out = ufw_unintended(intended, live)
+    assert [r["text"] for r in out["stale"]] == ["allow in proto tcp from 192.168.20.0/24 to any port 22",
+                                                 "allow in on eth1 from 10.0.0.0/24 to any"]
+    assert [r["text"] for r in out["foreign"]] == ["allow in from any to any", "allow in from any to any app OpenSSH",
+                                                   "allow in proto tcp from 10.0.0.0/24 to 10.0.0.5 port 22"]
+    # the address ufw writes without /32 is the /32 of the inventory
+    assert ufw_unintended(rules(admin=("192.168.10.7/32",)), [_live("192.168.10.7", "22")])["stale"] == []
+

@@ -57,3 +57,32 @@ def test_cluster_rule_bound_to_the_data_plane_interface():
     # peers arriving on another interface are not covered by it
     assert [f["id"] for f in diagnose_ufw(parsed, "10.77.31.8/29", interface="eth1")] == ["ufw.cluster_blocked"]
     assert [f["id"] for f in diagnose_ufw(parsed, "10.77.31.8/29")] == ["ufw.cluster_blocked"]
+
+
+def test_user_rules_tuples_with_interface_comment_app_and_v6():
+    """ufw's own rule file, as ufw 0.36 wrote it (tests/fixtures/firewall): the comment is hex,
+    an interface rides on the direction (in_eth0), an application rule has two fields more."""
+    import os
+
+    from ansible.module_utils.ncclprep.parsers.ufw import parse_ufw_user_rules
+
+    import ncclprep
+
+    folder = os.path.join(ncclprep.REPO_ROOT, "tests", "fixtures", "firewall")
+    with open(os.path.join(folder, "user.rules")) as fh:
+        rules = parse_ufw_user_rules(fh.read())
+    assert rules[0] == {"action": "allow", "route": False, "proto": "any", "port": None, "to": "0.0.0.0/0",
+                        "from": "10.0.0.0/24", "from_port": None, "app": None, "direction": "in",
+                        "interface": "eth0", "comment": "ncclprep: cluster traffic (NCCL, Gloo, rendezvous)",
+                        "v6": False}
+    assert (rules[3]["app"], rules[3]["port"], rules[3]["comment"]) == ("OpenSSH", "22", None)
+    assert [r["action"] for r in rules] == ["allow", "allow", "allow", "allow", "allow", "limit", "allow", "deny"]
+    with open(os.path.join(folder, "user6.rules")) as fh:
+        v6 = parse_ufw_user_rules(fh.read(), v6=True)
+    assert [(r["from"], r["port"], r["proto"], r["v6"]) for r in v6] == [
+        ("::/0", "22", "tcp", True), ("::/0", None, "any", True), ("::/0", "2222", "tcp", True),
+        ("fd00::/64", "9100", "any", True)]
+    odd = parse_ufw_user_rules("### tuple ### allow_log-all tcp 22 0.0.0.0/0 any 0.0.0.0/0 in comment=zz\n"
+                               "### tuple ### route:allow any any 0.0.0.0/0 any 10.0.0.0/8 in_eth0!out_eth1\n"
+                               "### tuple ### too few fields\n-A ufw-user-input -j ACCEPT\n")
+    assert [(r["action"], r["route"], r["comment"]) for r in odd] == [("allow", False, "zz"), ("allow", True, None)]

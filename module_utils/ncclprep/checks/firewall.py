@@ -3,9 +3,9 @@ cluster let in; the job's rendezvous ports free for the job."""
 
 from __future__ import annotations
 
-import re
-
 from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, intent_of, verdict
+from ansible.module_utils.ncclprep.firewall import nft_unintended, ufw_unintended
+from ansible.module_utils.ncclprep.parsers.nft import parse_nft_table
 from ansible.module_utils.ncclprep.parsers.ufw import diagnose_ufw, parse_ufw_status
 
 
@@ -13,9 +13,12 @@ def firewall_problem(fw: dict, live: dict | None) -> str | None:
     """Why a host's live firewall does not hold the role's intent (one line), or None when it does.
 
     ``fw``: intent ``firewall``; ``live``: facts ``firewall`` (see ``check_firewall``).
-    nftables: the table must be loaded with a drop policy and a rule naming the cluster
-    network; ufw: active, incoming default deny, and no FAIL finding of parsers/ufw.py
-    ``diagnose_ufw`` for the cluster CIDR.
+    nftables: the table loaded, read from nft's JSON (parsers/nft.py), its input chain with a
+    drop policy, every intended rule there and no accept beyond them (``firewall.nft_unintended``);
+    ufw: active, incoming default deny, no FAIL finding of parsers/ufw.py ``diagnose_ufw``
+    for the cluster CIDR, IPv6 filtered (IPV6=no in /etc/default/ufw leaves every IPv6 port
+    open) and no ALLOW beyond the intended rules (``firewall.ufw_unintended``, review F7:
+    a rule ncclprep no longer intends, or anyone's, such as ``allow from any``).
     """
     live = live or {}
     if live.get("rc") is None and live.get("backend") is not None:
@@ -27,18 +30,33 @@ def firewall_problem(fw: dict, live: dict | None) -> str | None:
     if fw.get("backend") == "nftables":
         if live.get("rc") != 0:
             return "nftables table inet ncclprep is not loaded"
-        text = live.get("stdout") or ""
-        if not re.search(r'"policy":\s*"drop"|policy drop', text):
-            return "table inet ncclprep has no drop policy"
-        return None if cluster and cluster.split("/")[0] in text else f"no rule for the cluster {cluster}"
+        table = parse_nft_table(live.get("stdout") or "")
+        if table["error"]:
+            return f"table inet ncclprep not readable: {table['error']}"
+        if table["policy"] != "drop":
+            return f"table inet ncclprep's input policy is {table['policy']}, not drop"
+        diff = nft_unintended(fw.get("rules") or [], table)
+        problems = [f"no rule for {r['from']}" + (f" port {r['port']}" if r["port"] is not None else "")
+                    + f" ({r['comment']})" for r in diff["missing"]]
+        problems += [f"accepts what ncclprep does not intend: {r['text']}" for r in diff["foreign"]]
+        return "; ".join(problems) or None
     parsed = parse_ufw_status(live.get("stdout") or "")
     if parsed.get("status") != "active":
         return f"ufw is {parsed.get('status') or 'not reported'}"
     if (parsed.get("default") or {}).get("incoming") != "deny":
         return f"ufw's incoming default is {(parsed.get('default') or {}).get('incoming')}, not deny"
     findings = diagnose_ufw(parsed, cluster, interface=interface) if cluster else []
-    bad = [f for f in findings if f["severity"] == "FAIL"]
-    return bad[0]["message"] if bad else None
+    problems = [f["message"] for f in findings if f["severity"] == "FAIL"][:1]
+    if live.get("ufw_ipv6") == "no":
+        problems.append("IPV6=no in /etc/default/ufw: ufw filters no IPv6 traffic, every port listening on [::] "
+                        "is open over IPv6 (set IPV6=yes, then ufw reload)")
+    if live.get("ufw_rules") is not None:
+        diff = ufw_unintended(fw.get("rules") or [], live["ufw_rules"])
+        problems += [f"allows what ncclprep does not intend: {r['text']}" + (" (v6)" if r["v6"] else "")
+                     + (" (ncclprep's, no longer intended: re-run site.yml)" if r in diff["stale"] else
+                        f" (remove it: ufw delete {r['text']}, or list it in firewall_extra_rules)")
+                     for r in diff["stale"] + diff["foreign"]]
+    return "; ".join(problems) or None
 
 
 def check_firewall(records: dict[str, HostRecord], ctx: Context) -> list[Check]:

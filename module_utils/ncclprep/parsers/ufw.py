@@ -117,3 +117,42 @@ def diagnose_ufw(parsed: dict, cluster_cidr: str, host: str | None = None, inter
     return [finding("ufw.cluster_blocked", "FAIL", cluster_cidr,
                     f"peers in {cluster_cidr} cannot reach every port: NCCL/Gloo ephemeral ports are blocked",
                     f"ufw allow from {cluster_cidr} (before any deny rule)", host=host)]
+
+
+_TUPLE = "### tuple ### "
+
+
+def parse_ufw_user_rules(text: str, v6: bool = False) -> list[dict]:
+    """The rules of ufw's own rule file (/etc/ufw/user.rules, or user6.rules with ``v6``), read
+    from its ``### tuple ###`` lines, in order.
+
+    A tuple is ``ACTION PROTO DPORT DST SPORT SRC [DAPP SAPP] DIRECTION[_IFACE] [comment=HEX]``
+    (ufw's ``UFWRule``, src/backend_iptables.py writes it; DAPP/SAPP only for application
+    rules; ACTION may carry ``_log``/``_log-all``; route rules start ``route:``). Returns
+    ``[{"action": "allow"|"deny"|"reject"|"limit", "route": bool, "proto": "any"|"tcp"|...,
+    "port": str | None (DPORT; None for any; may be "80,443" or "6000:6007"), "to": DST,
+    "from": SRC, "from_port": SPORT or None, "app": DAPP or None, "direction": "in"|"out",
+    "interface": str | None, "comment": str | None, "v6": bool}]``. A line that is not a
+    tuple, or a tuple of another length, is left out. Never raises.
+    """
+    rules = []
+    for line in text.splitlines():
+        if not line.startswith(_TUPLE):
+            continue
+        body, _, hexed = line[len(_TUPLE):].partition(" comment=")
+        fields = body.split()
+        if len(fields) not in (7, 9):
+            continue
+        action, proto, dport, dst, sport, src = fields[:6]
+        app = fields[6] if len(fields) == 9 and fields[6] != "-" else None
+        direction, _, interface = fields[-1].partition("_")
+        route = action.startswith("route:")
+        action = action.removeprefix("route:").split("_", 1)[0]
+        try:
+            comment = bytes.fromhex(hexed.strip()).decode("utf-8", "replace") if hexed else None
+        except ValueError:
+            comment = hexed
+        rules.append({"action": action, "route": route, "proto": proto, "port": None if dport == "any" else dport,
+                      "to": dst, "from": src, "from_port": None if sport == "any" else sport, "app": app,
+                      "direction": direction, "interface": interface or None, "comment": comment, "v6": v6})
+    return rules
