@@ -161,11 +161,13 @@ def cpulist(text: str) -> list[int]:
         raise AnsibleFilterError(f"ncclprep_cpulist: {exc}") from None
 
 
-def firewall_rules(cluster_cidr: str, interface: str, rendezvous_ports: list, rendezvous_sources: list,
+def firewall_rules(cluster, interface: str, rendezvous_ports: list, rendezvous_sources: list,
                    admin_cidrs: list, ssh_port: int = 22, extra_rules: list | None = None) -> list[dict]:
-    """The firewall role's allow rules (module_utils/ncclprep/firewall.py ``ruleset``)."""
+    """The firewall role's allow rules (module_utils/ncclprep/firewall.py ``ruleset``); ``cluster``:
+    the members' addresses (a list) or one CIDR (a string)."""
     try:
-        return ruleset(cluster_cidr, interface, list(rendezvous_ports or []), list(rendezvous_sources or []),
+        return ruleset(str(cluster) if isinstance(cluster, str) else list(cluster), interface,
+                       list(rendezvous_ports or []), list(rendezvous_sources or []),
                        list(admin_cidrs or []), int(ssh_port), list(extra_rules or []))
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"ncclprep_firewall_rules: {exc}") from None

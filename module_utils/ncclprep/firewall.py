@@ -38,21 +38,29 @@ def _net(value: str, var: str, host: str, errors: list) -> ipaddress.IPv4Network
         return None
 
 
-def ruleset(cluster_cidr: str, interface: str, rendezvous_ports: list, rendezvous_sources: list,
+def ruleset(cluster: str | list, interface: str, rendezvous_ports: list, rendezvous_sources: list,
             admin_cidrs: list, ssh_port: int = 22, extra_rules: list | None = None) -> list[dict]:
     """The allow rules, in order: ``[{"from": CIDR, "port": int | None, "proto": "tcp"|"udp"|"any",
     "interface": str | None, "comment": str, "var": the role variable it comes from}]``; port None
     is every port.
 
-    1. everything from the cluster CIDR on the data-plane interface (NCCL and Gloo use
-       ephemeral ports, so no port list can hold them);
+    1. everything from the cluster on the data-plane interface (NCCL and Gloo use ephemeral
+       ports, so no port list can hold them): ``cluster`` is either the members' data-plane
+       addresses (a list: one rule each, var ``data_plane_members``; review F1/F9: a host
+       that merely shares the network reaches no port of the job) or one CIDR (a string,
+       firewall_cluster_cidr set);
     2. each rendezvous port (TCP) from each rendezvous source, on any interface;
     3. SSH from each admin CIDR, on any interface;
     4. extra rules ``{port, proto (default tcp), from}``.
     Values are passed through; ``check_firewall`` says which are bad.
     """
-    rules = [{"from": str(cluster_cidr), "port": None, "proto": "any", "interface": interface,
-              "comment": "ncclprep: cluster traffic (NCCL, Gloo, rendezvous)", "var": "firewall_cluster_cidr"}]
+    if isinstance(cluster, (list, tuple)):
+        rules = [{"from": str(address), "port": None, "proto": "any", "interface": interface,
+                  "comment": "ncclprep: cluster node (NCCL, Gloo, rendezvous)", "var": "data_plane_members"}
+                 for address in cluster]
+    else:
+        rules = [{"from": str(cluster), "port": None, "proto": "any", "interface": interface,
+                  "comment": "ncclprep: cluster traffic (NCCL, Gloo, rendezvous)", "var": "firewall_cluster_cidr"}]
     for source in rendezvous_sources:
         for port in rendezvous_ports:
             rules.append({"from": str(source), "port": int(port), "proto": "tcp", "interface": None,
@@ -107,28 +115,33 @@ def ufw_rule_text(rule: dict) -> str:
 
 
 def ufw_unintended(intended: list[dict], live: list[dict]) -> dict[str, list[dict]]:
-    """Which live ufw rules are not the intended ones: ``{"stale": [...], "foreign": [...]}``.
+    """Which live ufw rules are not the intended ones, and which intended ones are not live:
+    ``{"stale": [...], "foreign": [...], "missing": [...]}``.
 
     ``intended``: ``ruleset``'s rules; ``live``: ``parsers.ufw.parse_ufw_user_rules`` of
     user.rules and user6.rules. Only ALLOW and LIMIT rules on incoming traffic are compared (a
     deny closes, it never opens). A live rule matches an intended one when source network,
     port, protocol and interface are equal and its destination is any address.
     ``stale``: ncclprep's own (comment starting with OWNED_PREFIX) that no longer match, for the
-    role to delete; ``foreign``: the rules of others (a cloud image's ``allow OpenSSH``, a hand
+    role to delete; ``missing``: the intended rules no live rule matches; ``foreign``: the rules
+    of others (a cloud image's ``allow OpenSSH``, a hand
     ``ufw allow 29400``) that open what the role does not intend, for firewall.rules to FAIL
     on. Each entry is the live rule with ``text`` (``ufw_rule_text``) added.
     """
-    want = {_key(r["from"], r["port"], r["proto"], r.get("interface")) for r in intended}
-    out: dict[str, list[dict]] = {"stale": [], "foreign": []}
+    want = {_key(r["from"], r["port"], r["proto"], r.get("interface")): r for r in intended}
+    have = set()
+    out: dict[str, list[dict]] = {"stale": [], "foreign": [], "missing": []}
     for rule in live:
         if rule.get("route") or rule.get("action") not in ("allow", "limit") or rule.get("direction") != "in":
             continue
         to_any = rule.get("to") in ("0.0.0.0/0", "::/0") and not rule.get("app")
-        if to_any and rule.get("from_port") is None \
-                and _key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface")) in want:
+        key = _key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface"))
+        if to_any and rule.get("from_port") is None and key in want:
+            have.add(key)
             continue
         owned = str(rule.get("comment") or "").startswith(OWNED_PREFIX)
         out["stale" if owned else "foreign"].append(dict(rule, text=ufw_rule_text(rule)))
+    out["missing"] = [r for k, r in want.items() if k not in have]
     return out
 
 

@@ -556,6 +556,28 @@ def test_ufw_allows_beyond_the_intent_and_ipv6_off_fail():
     assert check["measured"]["node3"].startswith("IPV6=no in /etc/default/ufw: ufw filters no IPv6 traffic")
 
 
+def test_ufw_missing_a_member_s_rule_fails_naming_it():
+    """With ufw's own rule files read, every intended rule must be there: one member's rule gone
+    (a hand ``ufw delete``) is named, where the CIDR-wide status check had nothing to say."""
+    recs = healthy()
+    members = [{"from": f"10.0.0.{n}", "port": None, "proto": "any", "interface": "eth0",
+                "comment": "ncclprep: cluster node (NCCL, Gloo, rendezvous)", "var": "data_plane_members"}
+               for n in (11, 12, 13)]
+    live = [{"action": "allow", "route": False, "proto": "any", "port": None, "to": "0.0.0.0/0", "from": r["from"],
+             "from_port": None, "app": None, "direction": "in", "interface": "eth0", "comment": r["comment"],
+             "v6": False} for r in members]
+    for h in HOSTS:
+        _fw(recs[h])
+        recs[h]["intent"]["firewall"]["rules"] = members
+        recs[h]["facts"]["firewall"].update(ufw_rules=list(live), ufw_ipv6="yes")
+    assert by_id(evaluate(recs, HOSTS))["firewall.rules"]["status"] == "PASS"
+    recs["node2"]["facts"]["firewall"]["ufw_rules"] = live[:2]
+    check = by_id(evaluate(recs, HOSTS))["firewall.rules"]
+    assert check["hosts"] == ["node2"]
+    assert check["measured"] == {"node2": "no rule for 10.0.0.13 on eth0 (ncclprep: cluster node (NCCL, Gloo, "
+                                          "rendezvous))"}
+
+
 def test_firewall_off_open_or_blocking_names_each_host():
     recs = healthy()
     _fw(recs["node1"], UFW_OK.replace("Status: active", "Status: inactive"))

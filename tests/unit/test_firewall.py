@@ -158,3 +158,28 @@ def test_ufw_rules_no_longer_intended_are_stale_if_ncclprep_s_and_foreign_otherw
     # the address ufw writes without /32 is the /32 of the inventory
     assert ufw_unintended(rules(admin=("192.168.10.7/32",)), [_live("192.168.10.7", "22")])["stale"] == []
 
+
+
+def test_by_default_only_the_members_get_in_on_the_data_plane():
+    """Review F1/F9: the cluster rule opened every port (the rendezvous store, whose state torch
+    unpickles, and the probes' stores) to every host of the data-plane CIDR. Given the members'
+    addresses, there is one rule per member and no rule for the network."""
+    members = ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
+    r = ruleset(members, "eth0", [29400], members, ["192.168.10.0/24"], 22, [])
+    assert [(x["from"], x["port"], x["interface"], x["var"]) for x in r] == [
+        ("10.0.0.11", None, "eth0", "data_plane_members"), ("10.0.0.12", None, "eth0", "data_plane_members"),
+        ("10.0.0.13", None, "eth0", "data_plane_members"), ("10.0.0.11", 29400, None, "firewall_rendezvous_sources"),
+        ("10.0.0.12", 29400, None, "firewall_rendezvous_sources"),
+        ("10.0.0.13", 29400, None, "firewall_rendezvous_sources"), ("192.168.10.0/24", 22, None, "firewall_admin_cidrs")]
+    assert allows(r, "10.0.0.12", 29400, "eth0") and not allows(r, "10.0.0.99", 29400, "eth0")
+    assert not allows(r, "10.0.0.99", 40000, "eth0")  # a host of the network, not a member: no ephemeral port
+    facts_ifaces = {"eth0": ["10.0.0.11"]}
+    # the controller at 10.0.0.1 was let in by the CIDR rule; now it needs an admin network
+    errs = check_firewall(r, "node1", connection="10.0.0.1 50000 10.0.0.11 22", interfaces=facts_ifaces,
+                          members={"node1": "10.0.0.11", "node2": "10.0.0.12", "node3": "10.0.0.13"}, over_ssh=True)
+    assert errs == ["node1: the rules would lock the controller out: its SSH connection from 10.0.0.1 to "
+                    "10.0.0.11:22 (interface eth0) matches no allow rule; add a CIDR holding 10.0.0.1 to "
+                    "firewall_admin_cidrs"]
+    r = ruleset(members, "eth0", [29400], members, ["10.0.0.1/32"], 22, [])
+    assert check_firewall(r, "node1", connection="10.0.0.1 50000 10.0.0.11 22", interfaces=facts_ifaces,
+                          members={"node1": "10.0.0.11", "node2": "10.0.0.12"}, over_ssh=True) == []

@@ -15,18 +15,19 @@ def firewall_problem(fw: dict, live: dict | None) -> str | None:
     ``fw``: intent ``firewall``; ``live``: facts ``firewall`` (see ``check_firewall``).
     nftables: the table loaded, read from nft's JSON (parsers/nft.py), its input chain with a
     drop policy, every intended rule there and no accept beyond them (``firewall.nft_unintended``);
-    ufw: active, incoming default deny, no FAIL finding of parsers/ufw.py ``diagnose_ufw``
-    for the cluster CIDR, IPv6 filtered (IPV6=no in /etc/default/ufw leaves every IPv6 port
-    open) and no ALLOW beyond the intended rules (``firewall.ufw_unintended``, review F7:
-    a rule ncclprep no longer intends, or anyone's, such as ``allow from any``).
+    ufw: active, incoming default deny, every intended rule in ufw's own rule files (where they
+    were not read: no FAIL finding of parsers/ufw.py ``diagnose_ufw`` for the cluster CIDR), IPv6
+    filtered (IPV6=no in /etc/default/ufw leaves every IPv6 port open) and no ALLOW beyond the
+    intended rules (``firewall.ufw_unintended``, review F7: a rule ncclprep no longer intends, or
+    anyone's, such as ``allow from any``).
     """
     live = live or {}
     if live.get("rc") is None and live.get("backend") is not None:
         tool = "ufw" if live["backend"] == "ufw" else "nft"
         return f"{live['backend']} is chosen but its tool ({tool}) is not installed"
     cluster = fw.get("cluster_cidr")
-    interface = next((r.get("interface") for r in fw.get("rules") or [] if r.get("var") == "firewall_cluster_cidr"),
-                     None)
+    interface = next((r.get("interface") for r in fw.get("rules") or []
+                      if r.get("var") in ("firewall_cluster_cidr", "data_plane_members")), None)
     if fw.get("backend") == "nftables":
         if live.get("rc") != 0:
             return "nftables table inet ncclprep is not loaded"
@@ -45,13 +46,18 @@ def firewall_problem(fw: dict, live: dict | None) -> str | None:
         return f"ufw is {parsed.get('status') or 'not reported'}"
     if (parsed.get("default") or {}).get("incoming") != "deny":
         return f"ufw's incoming default is {(parsed.get('default') or {}).get('incoming')}, not deny"
-    findings = diagnose_ufw(parsed, cluster, interface=interface) if cluster else []
-    problems = [f["message"] for f in findings if f["severity"] == "FAIL"][:1]
+    problems = []
+    if live.get("ufw_rules") is None:  # ufw's own files not read: its status decides about the cluster
+        findings = diagnose_ufw(parsed, cluster, interface=interface) if cluster else []
+        problems = [f["message"] for f in findings if f["severity"] == "FAIL"][:1]
     if live.get("ufw_ipv6") == "no":
         problems.append("IPV6=no in /etc/default/ufw: ufw filters no IPv6 traffic, every port listening on [::] "
                         "is open over IPv6 (set IPV6=yes, then ufw reload)")
     if live.get("ufw_rules") is not None:
         diff = ufw_unintended(fw.get("rules") or [], live["ufw_rules"])
+        problems += [f"no rule for {r['from']}" + (f" port {r['port']}" if r["port"] is not None else "")
+                     + (f" on {r['interface']}" if r.get("interface") else "") + f" ({r['comment']})"
+                     for r in diff["missing"]]
         problems += [f"allows what ncclprep does not intend: {r['text']}" + (" (v6)" if r["v6"] else "")
                      + (" (ncclprep's, no longer intended: re-run site.yml)" if r in diff["stale"] else
                         f" (remove it: ufw delete {r['text']}, or list it in firewall_extra_rules)")
