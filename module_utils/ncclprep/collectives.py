@@ -23,6 +23,7 @@ import time
 from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist
 from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
+from ansible.module_utils.ncclprep.netutil import bound_tcp_store
 from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path, parse_nccl_log
 
 # Collectives each backend runs. Gloo gained reduce_scatter_tensor in recent torch; where the
@@ -188,14 +189,8 @@ def run_rank(
     if cpus:
         os.sched_setaffinity(0, parse_cpulist(cpus))
     progress.stage("store", rank=rank)
-    store = dist.TCPStore(
-        master_addr,
-        master_port,
-        world_size,
-        is_master=(rank == 0),
-        timeout=datetime.timedelta(seconds=join_timeout_s),
-        wait_for_workers=False,
-    )
+    # bound to rank 0's data-plane address only (review F9); _listener keeps its socket open
+    store, _listener = bound_tcp_store(dist, rank, world_size, master_addr, master_port, join_timeout_s)
     store.set(f"arrived/{rank}", host)
     deadline = time.monotonic() + join_timeout_s
     missing = list(range(world_size))

@@ -45,6 +45,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.ncclprep.blame import slow_bandwidth, slowest_per_direction
+from ansible.module_utils.ncclprep.netutil import bound_tcp_store
 from ansible.module_utils.ncclprep.schedule import pair_schedule, partner, repair_rounds
 
 # linux/in.h, linux/in6.h (Python's socket module does not export them)
@@ -549,7 +550,7 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     store_error = None
     try:
         progress.stage("store", rank=rank)
-        store, _sock = _store(dist, rank, world, addresses, store_port, max(join_timeout, round_timeout))
+        store, _sock = bound_tcp_store(dist, rank, world, addresses[0], store_port, max(join_timeout, round_timeout))
         store.set(f"arrived/{rank}", json.dumps({"bound": listener.bound, "in_use": listener.in_use}))
         progress.stage("rendezvous", rank=rank)
         present = _rendezvous(store, rank, world, join_timeout)
@@ -609,20 +610,6 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
         "ports_in_use": listener.in_use,
         "links": links,
     })
-
-
-def _store(dist, rank: int, world: int, addresses: list[str], port: int, timeout_s: float):
-    """torch's TCPStore: hosted by rank 0, bound to its data-plane address only (torch binds
-    every address unless handed a listening socket). Returns ``(store, socket or None)``: the
-    caller keeps the socket object, whose file descriptor the store serves on."""
-    kw = dict(timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
-    if rank != 0:
-        return dist.TCPStore(addresses[0], port, world, False, **kw), None
-    sock = socket.socket(socket.AF_INET6 if ":" in addresses[0] else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((addresses[0], port))
-    sock.listen(512)
-    return dist.TCPStore(addresses[0], port, world, True, master_listen_fd=sock.fileno(), **kw), sock
 
 
 def _close_round(store, tag: str, rank: int, waiting: list[int], deadline: float) -> list[int]:

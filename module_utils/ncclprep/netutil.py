@@ -1,4 +1,5 @@
-"""Data-plane network helpers: which interface carries the cluster CIDR.
+"""Data-plane network helpers: which interface carries the cluster CIDR, and the probes' store
+bound to the data-plane address.
 
 Pure functions over plain data so that node_facts (on the nodes), the filter
 plugins (on the controller) and the tests share them.
@@ -6,7 +7,9 @@ plugins (on the controller) and the tests share them.
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
+import socket
 
 
 def parse_cidr(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -61,3 +64,23 @@ def ansible_facts_addresses(facts: dict) -> dict[str, list[str]]:
                 addrs.append(v6["address"])
         out[name] = addrs
     return out
+
+
+def bound_tcp_store(dist, rank: int, world: int, address: str, port: int, timeout_s: float):
+    """torch's TCPStore for a probe: hosted by rank 0 at ``address`` (its data-plane address) and
+    bound to that address only; torch binds every address unless handed a listening socket
+    (review F9: a store any interface serves takes values from any host). ``dist`` is
+    ``torch.distributed``; ``timeout_s`` seconds bound every store operation.
+
+    Returns ``(store, socket or None)``: rank 0's caller keeps the socket object for as long as
+    the store serves (its file descriptor is the store's listener). Raises OSError when the
+    address cannot be bound (not this host's, the port taken) and whatever torch raises.
+    """
+    kw = dict(timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    if rank != 0:
+        return dist.TCPStore(address, port, world, False, **kw), None
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, port))
+    sock.listen(512)
+    return dist.TCPStore(address, port, world, True, master_listen_fd=sock.fileno(), **kw), sock

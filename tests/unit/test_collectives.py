@@ -165,3 +165,24 @@ def test_merge_takes_the_slowest_local_rank_sums_wrong_and_keeps_the_worst_statu
     worst = merge_local_ranks([fast, hung], 0)
     assert worst["status"] == "HANG" and worst["stage"] == "all_reduce 4096 B" and worst["missing_ranks"] == [5]
     assert [r["status"] for r in worst["ranks"]] == ["PASS", "HANG"]
+
+
+def test_the_probe_store_listens_on_the_data_plane_address_only():
+    """Review F9: nccl_probe's store (TCPStore with is_master) bound every address, so any host
+    that reached the node could write the ranks' keys. Bound to 127.0.0.2 here, a connection to
+    another address of this host (127.0.0.3) is refused while 127.0.0.2 serves."""
+    import torch.distributed as dist
+    from ansible.module_utils.ncclprep.netutil import bound_tcp_store
+
+    port = _free_port()
+    store, listener = bound_tcp_store(dist, 0, 1, "127.0.0.2", port, 5)
+    try:
+        store.set("k", "v")
+        with socket.create_connection(("127.0.0.2", port), timeout=2):
+            pass
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.3", port), timeout=2).close()
+        other, none = bound_tcp_store(dist, 1, 1, "127.0.0.2", port, 5)
+        assert none is None and other.get("k") == b"v"
+    finally:
+        listener.close()

@@ -170,7 +170,8 @@ def test_by_default_only_the_members_get_in_on_the_data_plane():
         ("10.0.0.11", None, "eth0", "data_plane_members"), ("10.0.0.12", None, "eth0", "data_plane_members"),
         ("10.0.0.13", None, "eth0", "data_plane_members"), ("10.0.0.11", 29400, None, "firewall_rendezvous_sources"),
         ("10.0.0.12", 29400, None, "firewall_rendezvous_sources"),
-        ("10.0.0.13", 29400, None, "firewall_rendezvous_sources"), ("192.168.10.0/24", 22, None, "firewall_admin_cidrs")]
+        ("10.0.0.13", 29400, None, "firewall_rendezvous_sources"),
+        ("192.168.10.0/24", 22, None, "firewall_admin_cidrs")]
     assert allows(r, "10.0.0.12", 29400, "eth0") and not allows(r, "10.0.0.99", 29400, "eth0")
     assert not allows(r, "10.0.0.99", 40000, "eth0")  # a host of the network, not a member: no ephemeral port
     facts_ifaces = {"eth0": ["10.0.0.11"]}
