@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import datetime
 import errno
+import hashlib
+import hmac
 import json
 import math
 import random
@@ -550,7 +552,8 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     store_error = None
     try:
         progress.stage("store", rank=rank)
-        store, _sock = bound_tcp_store(dist, rank, world, addresses[0], store_port, max(join_timeout, round_timeout))
+        raw, _sock = bound_tcp_store(dist, rank, world, addresses[0], store_port, max(join_timeout, round_timeout))
+        store = SignedStore(raw, token)
         store.set(f"arrived/{rank}", json.dumps({"bound": listener.bound, "in_use": listener.in_use}))
         progress.stage("rendezvous", rank=rank)
         present = _rendezvous(store, rank, world, join_timeout)
@@ -595,6 +598,9 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
             _wait(store, [f"final/{r}" for r in present if r not in gone], round_timeout)
     except RuntimeError as exc:  # torch's DistStoreError: the store on the first node stopped answering
         store_error = f"the store on {hosts[0]} ({addresses[0]}:{store_port}): {str(exc).splitlines()[0][:200]}"
+    except StoreTampered as exc:  # a host outside this run wrote to the store
+        store_error = (f"the store on {hosts[0]} ({addresses[0]}:{store_port}) was tampered with: {exc} (a host "
+                       f"other than this run's nodes wrote to it)")
     finally:
         listener.close()
     missing = [hosts[r] for r in range(world) if r not in present] if present else []
@@ -610,6 +616,47 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
         "ports_in_use": listener.in_use,
         "links": links,
     })
+
+
+class StoreTampered(Exception):
+    """A value in the probe's store that this run's nodes did not write (its MAC does not hold)."""
+
+
+#: The largest value a probe node writes (a node's first-phase rows); more is not this run's.
+MAX_STORE_VALUE = 4 << 20
+
+
+class SignedStore:
+    """The probe's TCPStore with every value authenticated (review F9): ``set`` writes
+    ``<HMAC-SHA256 of key NUL value, keyed by the run token, hex>:<value>``, ``get`` checks it
+    and returns the value (str); ``check`` and ``wait`` pass through (a key's presence alone
+    decides nothing: its value is read, and checked, before it counts). Raises StoreTampered
+    naming the key when a value is not this run's or is over MAX_STORE_VALUE bytes."""
+
+    def __init__(self, store, token: str):
+        self._store, self._key = store, token.encode()
+
+    def _mac(self, key: str, value: bytes) -> bytes:
+        return hmac.new(self._key, key.encode() + b"\0" + value, hashlib.sha256).hexdigest().encode()
+
+    def set(self, key: str, value: str) -> None:
+        data = value.encode()
+        self._store.set(key, self._mac(key, data) + b":" + data)
+
+    def get(self, key: str) -> str:
+        raw = self._store.get(key)
+        if len(raw) > MAX_STORE_VALUE + 65:
+            raise StoreTampered(f"{key}: a value of {len(raw)} bytes")
+        mac, sep, data = raw.partition(b":")
+        if not sep or not hmac.compare_digest(mac, self._mac(key, data)):
+            raise StoreTampered(f"{key}: a value not signed with this run's token")
+        return data.decode()
+
+    def check(self, keys: list[str]) -> bool:
+        return self._store.check(keys)
+
+    def wait(self, keys: list[str], timeout) -> None:
+        self._store.wait(keys, timeout)
 
 
 def _close_round(store, tag: str, rank: int, waiting: list[int], deadline: float) -> list[int]:

@@ -359,3 +359,64 @@ def test_a_node_frozen_mid_run_is_gone_alike_on_every_node_inside_the_least_dead
         assert not [pair for pair in retested if "n3" in pair], (r, retested)
     hung = [(x["src"], x["dst"]) for o in results.values() for x in o["value"]["links"] if x["hang"]]
     assert hung and all(dst == "n3" for _src, dst in hung), hung
+
+
+class _DictStore:
+    """A TCPStore as a dict (set/get/check/wait), with values a stranger wrote after the node's."""
+
+    def __init__(self, forged=None):
+        self.data, self.forged = {}, dict(forged or {})
+
+    def set(self, key, value):
+        self.data[key] = self.forged.pop(key, value)
+
+    def get(self, key):
+        return self.data[key]
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def wait(self, keys, timeout):
+        if not self.check(keys):
+            raise RuntimeError("Wait timeout")
+
+
+def test_signed_store_values_hold_only_with_this_run_s_token():
+    from ansible.module_utils.ncclprep.netprobe import MAX_STORE_VALUE, SignedStore, StoreTampered
+
+    raw = _DictStore()
+    store = SignedStore(raw, TOKEN)
+    store.set("present", "[0, 1]")
+    assert store.get("present") == "[0, 1]" and raw.data["present"].endswith(b":[0, 1]")
+    raw.data["present"] = b"[0]"  # a stranger's value, as the review's test writes it
+    with pytest.raises(StoreTampered, match="present: a value not signed with this run's token"):
+        store.get("present")
+    SignedStore(raw, "another run").set("present", "[0]")
+    with pytest.raises(StoreTampered, match="not signed"):
+        store.get("present")
+    raw.data["res1/1"] = b"x" * (MAX_STORE_VALUE + 100)
+    with pytest.raises(StoreTampered, match=f"res1/1: a value of {MAX_STORE_VALUE + 100} bytes"):
+        store.get("res1/1")
+
+
+def test_a_tampered_store_is_reported_as_such_not_as_nodes_missing(monkeypatch):
+    """Review F9: a stranger who set ``present`` to ``[0]`` made every node name healthy nodes
+    missing. The node now reports the store as tampered with, naming the key, and no one missing."""
+    pytest.importorskip("torch")
+    from ansible.module_utils.ncclprep import netprobe
+
+    raw = _DictStore(forged={"present": b"[0]"})
+    monkeypatch.setattr(netprobe, "bound_tcp_store", lambda *a, **k: (raw, None))
+    out = {}
+
+    class P:
+        def stage(self, name, **_):
+            pass
+
+        def result(self, value):
+            out.update(value)
+    store, listen = _ports()
+    netprobe.run_node(P(), **(_kwargs(0, store, listen, HOSTS[:1], ADDRS[:1]) | {"join_timeout": 1}))
+    assert out["status"] == "HANG" and out["stage"] == "store" and out["missing_hosts"] == []
+    assert out["store_error"] == (f"the store on n1 ({ADDRS[0]}:{store}) was tampered with: present: a value not "
+                                  "signed with this run's token (a host other than this run's nodes wrote to it)")
