@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -44,7 +45,8 @@ VARIANTS = {
 def one_run(inventory: str, group: str, name: str, steps: int, width: int, timeout: int) -> dict:
     """Rank 0's result of one variant on every host of ``group``; raises RuntimeError naming the host."""
     bucket_mb, extra = VARIANTS[name]
-    args = {"rdzv_id": f"bench-{name.replace(' ', '-')}-{time.time_ns()}", "steps": steps,
+    args = {"rdzv_id": f"bench-{name.replace(' ', '-')}-{time.time_ns()}", "nonce": secrets.token_hex(16),
+            "steps": steps,
             "accumulation": ACCUMULATION, "bucket_mb": bucket_mb, "timeout": timeout,
             "job_args": ["--width", str(width), "--log-every", str(steps), *extra]}
     out = benchlib.run([os.path.join(benchlib.BIN, "ansible"), group, "-i", inventory, "-m", "torchrun_smoke",

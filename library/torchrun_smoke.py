@@ -31,6 +31,12 @@ options:
     default: true
     description: "Launch with the launcher's C(--check): the node's quick checks first (interfaces up, names
       resolving, the rendezvous answering, its port free), a refusal naming the reason instead of a job."
+  nonce:
+    type: str
+    no_log: true
+    description: "The job's secret, the same on every node and new per run (NCCLPREP_RDZV_NONCE): the rendezvous
+      host's launcher proves its agent's store with it and the other nodes join only a store with that proof.
+      Required with O(check) (the launcher's C(--check) refuses without one)."
   job_args:
     type: list
     elements: str
@@ -44,6 +50,7 @@ EXAMPLES = r"""
 - name: Run the smoke job on every node at once
   torchrun_smoke:
     rdzv_id: "preflight-{{ ansible_date_time.epoch }}"
+    nonce: "{{ smoke_nonce }}"  # one for all nodes: drawn by a set_fact with run_once and no_log
   async: 180
   poll: 0
 """
@@ -87,6 +94,7 @@ def main() -> None:
             bucket_mb=dict(type="float", default=25),
             timeout=dict(type="int", default=120),
             check=dict(type="bool", default=True),
+            nonce=dict(type="str", no_log=True),
             job_args=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
@@ -107,6 +115,9 @@ def main() -> None:
 
     workdir = tempfile.mkdtemp(prefix="ncclprep-smoke-")
     env = dict(os.environ, NCCLPREP_RDZV_ID=p["rdzv_id"], PYTHONUNBUFFERED="1")
+    if p["nonce"]:
+        # the proof is awaited for at most half the job's deadline: a refusal, not a hang, is reported
+        env.update(NCCLPREP_RDZV_NONCE=p["nonce"], NCCLPREP_RDZV_VERIFY_TIMEOUT=str(max(p["timeout"] // 2, 10)))
     cmd = [p["launcher"], *(["--check"] if p["check"] else []), p["script"],
            "--steps", str(p["steps"]), "--accumulation", str(p["accumulation"]),
            "--bucket-cap-mb", str(p["bucket_mb"]), "--timeout", str(max(p["timeout"] - 10, 10)), *p["job_args"]]

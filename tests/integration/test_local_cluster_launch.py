@@ -1,10 +1,12 @@
 """The launch path on the provisioned local cluster: ncclprep-torchrun (nccl_env's launcher) run by
 hand on every node, as a user starts a job: --dry-run per node, two jobs at once on their own ids
-(one with --check, one with --debug), and the rendezvous host refusing a port another process holds."""
+(one with --check, one with --debug), and a port squatter refused on every node."""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -41,23 +43,25 @@ def test_dry_run_shows_each_nodes_command(provisioned):
         assert lines[0] == f"# ncclprep-torchrun --dry-run on {node}: the environment from /etc/ncclprep/nccl.env"
         assert "NCCL_SOCKET_IFNAME==eth0" in lines and "GLOO_SOCKET_IFNAME=eth0" in lines
         command = lines[-1].split()
-        assert command[:7] == ["/opt/ncclprep/venv/bin/torchrun", "--nnodes=3", "--nproc-per-node=1",
+        assert command[:8] == ["/opt/ncclprep/venv/bin/torchrun", "--nnodes=3", "--nproc-per-node=1",
                                "--rdzv-backend=c10d", f"--rdzv-endpoint=node1:{port}", "--rdzv-id=itest-dry",
-                               "--max-restarts=0"]
+                               f"--rdzv-conf=is_host={'true' if node == 'node1' else 'false'}", "--max-restarts=0"]
         # every worker through the NUMA binding wrapper, then the template and its arguments
-        assert command[7:] == ["--no-python", "/usr/local/bin/ncclprep-numa-bind", "/opt/ncclprep/venv/bin/python",
+        assert command[8:] == ["--no-python", "/usr/local/bin/ncclprep-numa-bind", "/opt/ncclprep/venv/bin/python",
                                TEMPLATE, "--steps", "3"]
 
 
 def test_two_jobs_at_once_on_their_own_ids_both_complete(provisioned):
     ids = {"itest-a": "--check", "itest-b": "--debug"}
+    nonces = {"itest-a": secrets.token_hex(16), "itest-b": ""}  # --check verifies its rendezvous with one
     assert port_of("itest-a") != port_of("itest-b")
     for node in NODES:  # the debug launch's log folder, as a first launch finds it
         on(node, "rm -rf /var/log/ncclprep/itest-b")
     start = time.monotonic()
     procs = {(rid, node): subprocess.Popen(
-        ["podman", "exec", f"ncclprep-{node}", "sh", "-c",
+        ["podman", "exec", "-e", "NCCLPREP_RDZV_NONCE", f"ncclprep-{node}", "sh", "-c",
          f"NCCLPREP_RDZV_ID={rid} {LAUNCHER} {flag} {TEMPLATE} --steps 3 --accumulation 2 --timeout 60"],
+        env={**os.environ, "NCCLPREP_RDZV_NONCE": nonces[rid]},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rid, flag in ids.items() for node in NODES}
     outputs = {}
@@ -92,14 +96,18 @@ def test_two_jobs_at_once_on_their_own_ids_both_complete(provisioned):
     assert "DDP Initialized with" not in outputs[("itest-a", "node2")][0]
 
 
-def test_the_rendezvous_host_refuses_a_port_another_process_holds(provisioned):
+def test_a_port_squatter_is_refused_on_the_rendezvous_host_and_on_the_others(provisioned):
+    """Review F1 (a local port squat): an unprivileged user's store on node1's job port, serving a
+    state that is not a pickle. node1's launcher refuses the taken port; node2's, with the job's
+    nonce, gets no proof from it and refuses instead of joining (it used to unpickle the state)."""
     port = port_of("itest-taken")
-    squat = (f"python3 -c 'import socket, time; s = socket.socket(); "
-             f"s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", {port})); s.listen(); "
+    squat = (f"setpriv --reuid=nobody --regid=nogroup --clear-groups /opt/ncclprep/venv/bin/python -c "
+             f"'import time, torch.distributed as d; s = d.TCPStore(\"0.0.0.0\", {port}, is_master=True, "
+             f"multi_tenant=True, wait_for_workers=False); s.set(\"torch.rendezvous.itest-taken\", \"not a pickle\"); "
              f"time.sleep(120)' >/dev/null 2>&1 & echo $! > /tmp/squatter.pid")
     assert on("node1", squat).returncode == 0
     try:
-        for _ in range(50):
+        for _ in range(100):
             if on("node1", f"ss -Hltn 'sport = :{port}' | grep -q LISTEN").returncode == 0:
                 break
             time.sleep(0.2)
@@ -107,6 +115,12 @@ def test_the_rendezvous_host_refuses_a_port_another_process_holds(provisioned):
         assert out.returncode == 2 and MARKER not in out.stdout
         assert out.stderr.startswith(f"ncclprep-torchrun: refused on node1: rendezvous port {port} is taken ("), \
             out.stderr
-        assert 'users:(("python3",pid=' in out.stderr and "NCCLPREP_RDZV_ID=<new id>" in out.stderr
+        assert 'users:(("python' in out.stderr and "NCCLPREP_RDZV_ID=<new id>" in out.stderr
+        joined = on("node2", f"NCCLPREP_RDZV_NONCE={secrets.token_hex(16)} NCCLPREP_RDZV_VERIFY_TIMEOUT=5 "
+                             f"NCCLPREP_RDZV_ID=itest-taken {LAUNCHER} {TEMPLATE} --steps 1")
+        assert joined.returncode == 2 and MARKER not in joined.stdout
+        assert joined.stderr.strip().splitlines()[-1].startswith(
+            f"ncclprep-torchrun: refused on node2: rendezvous node1:{port} gave no proof that it is this job's "
+            "agent within 5 s ("), joined.stderr
     finally:
         on("node1", "kill $(cat /tmp/squatter.pid) 2>/dev/null; rm -f /tmp/squatter.pid")

@@ -10,8 +10,10 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
+from conftest import load_source
 
 import ncclprep
 
@@ -118,22 +120,27 @@ def test_numa_bind_wrapper_counts_the_cpus_of_a_list_with_ranges(tmp_path):
         assert out.stdout.strip() == expected, out.stderr
 
 
-def launcher(tmp_path, env_lines: str, me="node2", members=None, debug_lines="NCCL_DEBUG=INFO\n"):
+GUARD = os.path.join(ROLES, "nccl_env", "files", "ncclprep_rdzv_guard.py")
+
+
+def launcher(tmp_path, env_lines: str, me="node2", members=None, debug_lines="NCCL_DEBUG=INFO\n",
+             torchrun_text='#!/bin/sh\necho "ran: $* NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"\n'):
     """The ncclprep-torchrun launcher rendered for ``me`` of a 3-node cluster whose rendezvous host
-    is the first member, with its env files, a torchrun that prints its arguments and no NUMA
-    wrapper installed."""
+    is the first member, with its env files, the rendezvous guard, a torchrun that prints its
+    arguments (or runs ``torchrun_text``) and no NUMA wrapper installed."""
     env_file = tmp_path / "nccl.env"
     env_file.write_text(env_lines)
     debug_file = tmp_path / "nccl-debug.env"
     debug_file.write_text(debug_lines)
     torchrun = tmp_path / "torchrun"
-    torchrun.write_text('#!/bin/sh\necho "ran: $* NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"\n')
+    torchrun.write_text(torchrun_text)
     torchrun.chmod(0o755)
     members = members or {"node1": {"address": "10.0.0.11"}, "node2": {"address": "10.0.0.12"},
                           "node3": {"address": "10.0.0.13"}}
     script = tmp_path / "ncclprep-torchrun"
     script.write_text(render("nccl_env", "ncclprep-torchrun.j2", tmp_path, nccl_env_file=str(env_file),
                              nccl_env_debug_file=str(debug_file), nccl_env_train_template="/x/ncclprep_train.py",
+                             nccl_env_rdzv_guard=GUARD,
                              nccl_env_numa_bind=str(tmp_path / "absent"), nccl_env_python=sys.executable,
                              nccl_env_torchrun=str(torchrun), nccl_env_nnodes=3, nccl_env_nproc=2,
                              nccl_env_rendezvous_name=next(iter(members)), nccl_env_rendezvous_port=29400,
@@ -188,14 +195,16 @@ def test_the_launcher_dry_run_prints_the_environment_and_the_exact_command_and_s
     assert lines[1:4] == ["GLOO_SOCKET_IFNAME=eth0", "NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME==eth0"]
     assert lines[4] == "# the command"
     assert lines[5].split() == [str(torchrun), "--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
-                                f"--rdzv-endpoint=node1:{port}", "--rdzv-id=job\\", "42", "--max-restarts=0",
+                                f"--rdzv-endpoint=node1:{port}", "--rdzv-id=job\\", "42", "--rdzv-conf=is_host=false",
+                                "--max-restarts=0",
                                 "train.py", "--lr", "0.1"]
     assert "ran:" not in dry.stdout and len(lines) == 6  # the fake torchrun never ran
     # without --dry-run the same command runs, with the env file's variables exported
     real = subprocess.run([str(script), "train.py"], env=env, capture_output=True, text=True, timeout=60)
     assert real.returncode == 0, real.stderr
     assert real.stdout.strip() == ("ran: --nnodes=3 --nproc-per-node=2 --rdzv-backend=c10d "
-                                   f"--rdzv-endpoint=node1:{port} --rdzv-id=job 42 --max-restarts=0 train.py "
+                                   f"--rdzv-endpoint=node1:{port} --rdzv-id=job 42 --rdzv-conf=is_host=false "
+                                   "--max-restarts=0 train.py "
                                    "NCCL_SOCKET_IFNAME==eth0")
     # the default id keeps the inventory's port; NCCLPREP_RDZV_PORT sets one; a bad one is refused
     plain = subprocess.run([str(script), "--dry-run", "t.py"], capture_output=True, text=True, timeout=60,
@@ -258,13 +267,28 @@ def test_the_port_test_works_where_ipv6_is_off(tmp_path):
     assert taken.returncode == 2 and "Address already in use" in taken.stderr
 
 
+def rendezvous_store(nonce=None, rdzv_id="ncclprep", host="localhost"):
+    """A store listening on a free port of this machine as the rendezvous host's agent's would,
+    holding that agent's proof for ``nonce`` (none without one): (store, port)."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, multi_tenant=True)
+    if nonce:
+        store.set(guard.KEY_PREFIX + rdzv_id, guard.proof(nonce, rdzv_id, host, store.port))
+    return store, store.port
+
+
+guard = load_source("ncclprep_rdzv_guard", "roles/nccl_env/files/ncclprep_rdzv_guard.py")
+
+
 def test_the_launcher_check_refuses_with_the_reason(tmp_path):
-    with socket.socket() as probe:  # a port nothing listens on: the rendezvous "refused", so it answers
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "NCCLPREP_RDZV_PORT": str(port)}
+    store, port = rendezvous_store("s3cret")  # the host's agent, with its proof
+    env = {**os.environ, "NCCLPREP_RDZV_PORT": str(port), "NCCLPREP_RDZV_NONCE": "s3cret"}
     members = {"localhost": {"address": "127.0.0.1"}}
     cases = {
+        "no-nonce": ("NCCL_SOCKET_IFNAME==lo\n", members,
+                     "refused on node2: --check verifies the rendezvous with a secret of the job: "
+                     "set NCCLPREP_RDZV_NONCE"),
         "eth-missing": ("NCCL_SOCKET_IFNAME==ncclprep9\n", members,
                         "refused on node2: NCCL_SOCKET_IFNAME==ncclprep9 selects no interface here"),
         "name-wrong": ("NCCL_SOCKET_IFNAME==lo\n", {**members, "ncclprep-nosuch.invalid": {"address": "10.9.9.9"}},
@@ -275,7 +299,7 @@ def test_the_launcher_check_refuses_with_the_reason(tmp_path):
         (tmp_path / name).mkdir()
         script, _ = launcher(tmp_path / name, env_lines, members=nodes)
         out = subprocess.run([str(script), "--check", "train.py"], capture_output=True, text=True, timeout=60,
-                             env=env)
+                             env={k: v for k, v in env.items() if name != "no-nonce" or k != "NCCLPREP_RDZV_NONCE"})
         if refusal:
             assert out.returncode == 2 and refusal in out.stderr and "ran:" not in out.stdout, (name, out.stderr)
         else:
@@ -283,6 +307,107 @@ def test_the_launcher_check_refuses_with_the_reason(tmp_path):
             assert out.stdout.splitlines()[0] == (f"ncclprep-torchrun: checks passed on node2 (interfaces up, 1 names "
                                                   f"resolve, rendezvous localhost:{port})")
             assert out.stdout.splitlines()[1].startswith("ran: ")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+LOCAL = {"localhost": {"address": "127.0.0.1"}, "node2": {"address": "127.0.0.1"}}
+# a torchrun for the rendezvous host: its agent's store on the endpoint's port, as torch's c10d
+# backend starts it, waiting for the guard's proof
+HOST_TORCHRUN = f"""#!{sys.executable}
+import sys
+from datetime import timedelta
+from torch.distributed import TCPStore
+args = dict(a.split("=", 1) for a in sys.argv[1:] if a.startswith("--rdzv"))
+host, port = args["--rdzv-endpoint"].rsplit(":", 1)
+store = TCPStore(host, int(port), is_master=True, wait_for_workers=False, multi_tenant=True)
+key = "ncclprep.rdzv-proof." + args["--rdzv-id"]
+store.wait([key], timedelta(seconds=60))
+print("proof", store.get(key).decode(), args["--rdzv-conf"], flush=True)
+"""
+
+
+def test_with_a_nonce_the_nodes_join_only_the_rendezvous_hosts_own_store(tmp_path):
+    """Review F1: torch's c10d rendezvous unpickles what its store holds, and a node joined
+    whatever listened on the rendezvous port (a squatter's store). With NCCLPREP_RDZV_NONCE the
+    host's launcher proves its agent's store and the others join only after checking the proof;
+    the workers never see the nonce."""
+    port = free_port()
+    env = {**os.environ, "NCCLPREP_RDZV_PORT": str(port), "NCCLPREP_RDZV_NONCE": "s3cret", "NCCLPREP_RDZV_ID": "j1"}
+    (tmp_path / "host").mkdir()
+    (tmp_path / "node2").mkdir()
+    host, _ = launcher(tmp_path / "host", "NCCL_DEBUG=WARN\n", me="localhost", members=LOCAL,
+                       torchrun_text=HOST_TORCHRUN)
+    other, _ = launcher(tmp_path / "node2", "NCCL_DEBUG=WARN\n", members=LOCAL,
+                        torchrun_text='#!/bin/sh\necho "ran: $* nonce=${NCCLPREP_RDZV_NONCE:-none}"\n')
+    agent = subprocess.Popen([str(host), "train.py"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    joined = subprocess.run([str(other), "train.py"], env=env, capture_output=True, text=True, timeout=90)
+    out, err = agent.communicate(timeout=90)
+    assert agent.returncode == 0, err
+    assert out.split() == ["proof", guard.proof("s3cret", "j1", "localhost", port), "is_host=true"]
+    assert joined.returncode == 0, joined.stderr
+    assert joined.stdout.startswith("ran: ") and "--rdzv-conf=is_host=false" in joined.stdout
+    assert joined.stdout.strip().endswith("nonce=none")  # the workers do not get it
+    # another store on the port: one with a proof for another nonce, a squatter's with none
+    # (review: a non-pickle state under torch.rendezvous.<id>) and a listener that never answers
+    wrong, wrong_port = rendezvous_store("other", rdzv_id="j1")
+    refused = subprocess.run([str(other), "train.py"], capture_output=True, text=True, timeout=60,
+                             env={**env, "NCCLPREP_RDZV_PORT": str(wrong_port)})
+    assert refused.returncode == 2 and "ran:" not in refused.stdout
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"ncclprep-torchrun: refused on node2: rendezvous localhost:{wrong_port} holds a wrong rendezvous proof: "
+        "what listens there is not this job's agent (another job's, or a process squatting the port), "
+        "or NCCLPREP_RDZV_NONCE differs between the nodes")
+    squatter, squat_port = rendezvous_store()
+    squatter.set("torch.rendezvous.j1", b"not a pickle")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        for target in (squat_port, silent.getsockname()[1]):
+            started = time.monotonic()
+            short = {**env, "NCCLPREP_RDZV_PORT": str(target), "NCCLPREP_RDZV_VERIFY_TIMEOUT": "3"}
+            refused = subprocess.run([str(other), "train.py"], capture_output=True, text=True, timeout=60, env=short)
+            took = time.monotonic() - started
+            assert refused.returncode == 2 and "ran:" not in refused.stdout, refused.stderr
+            last = refused.stderr.strip().splitlines()[-1]
+            assert last.startswith(f"ncclprep-torchrun: refused on node2: rendezvous localhost:{target} gave no "
+                                   "proof that it is this job's agent within 3 s (") or (
+                   last.endswith("the rendezvous guard ended without an answer (killed at its deadline)")), last
+            assert took < 3 + 5 + 20, took  # the deadline, SIGALRM's margin, torch's import on a loaded machine
+
+
+def test_the_rendezvous_guard_proves_no_store_but_its_agents(tmp_path):
+    """The host's guard sets the proof only in a store whose listening socket its agent holds: a
+    store another process holds on the port (a squatter that bound first) gets none."""
+    squatter, port = rendezvous_store()
+    agent = subprocess.Popen(["sleep", "30"])
+    try:
+        out = subprocess.run([sys.executable, GUARD, "prove", "j2", "127.0.0.1", str(port), str(agent.pid)],
+                             env={**os.environ, "NCCLPREP_RDZV_NONCE": "s3cret"}, capture_output=True, text=True,
+                             timeout=60)
+    finally:
+        agent.kill()
+        agent.wait()
+    assert out.returncode == 3
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"ncclprep-torchrun: port {port} is held by pid(s) [{os.getpid()}], not by this job's agent "
+        f"(pid {agent.pid}): no rendezvous proof set, the other nodes will refuse")
+    assert not squatter.check([guard.KEY_PREFIX + "j2"])
+    # its own store (this process holds the socket): the proof is set
+    mine = subprocess.run([sys.executable, GUARD, "prove", "j2", "127.0.0.1", str(port), str(os.getpid())],
+                          env={**os.environ, "NCCLPREP_RDZV_NONCE": "s3cret"}, capture_output=True, text=True,
+                          timeout=60)
+    assert mine.returncode == 0, mine.stderr
+    assert squatter.get(guard.KEY_PREFIX + "j2").decode() == guard.proof("s3cret", "j2", "127.0.0.1", port)
+    usage = subprocess.run([sys.executable, GUARD, "verify", "j2", "127.0.0.1", str(port)], capture_output=True,
+                           text=True, timeout=60,
+                           env={k: v for k, v in os.environ.items() if k != "NCCLPREP_RDZV_NONCE"})
+    assert usage.returncode == 64 and "NCCLPREP_RDZV_NONCE empty" in usage.stderr
 
 
 def test_the_debug_launch_adds_the_debug_variables_with_its_log_folder(tmp_path):
