@@ -9,6 +9,7 @@ arrangement used by the CLI and the tests as well).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -184,12 +185,12 @@ def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, con
                           ansible_facts_addresses(facts) if facts else None, addresses or None, bool(over_ssh))
 
 
-def ufw_stale(live: list | None, intended: list) -> list[dict]:
+def ufw_stale(live: list | None, intended: list, unknown_in: str | None = None) -> list[dict]:
     """ncclprep's own ufw rules (by comment) that ``intended`` no longer holds, to delete:
-    ``firewall.ufw_unintended(intended, live)["stale"]`` with ``to`` as community.general.ufw
-    takes it (``any`` for every address). ``live``: facts ``firewall.ufw_rules`` (None: not
-    read, nothing to delete)."""
-    stale = ufw_unintended(intended or [], live or [])["stale"]
+    ``firewall.ufw_unintended(intended, live, unknown_in)["stale"]`` with ``to`` as
+    community.general.ufw takes it (``any`` for every address). ``live``: facts
+    ``firewall.ufw_rules`` (None: not read, nothing to delete)."""
+    stale = ufw_unintended(intended or [], live or [], unknown_in)["stale"]
     return [dict(r, to="any" if r["to"] in ("0.0.0.0/0", "::/0") else r["to"]) for r in stale]
 
 
@@ -223,6 +224,39 @@ def members(hostvars, hosts: list) -> dict:
         out[host] = {"name": facts.get("hostname"), "fqdn": facts.get("fqdn"),
                      "address": dp.get("address"), "interface": dp.get("interface")}
     return out
+
+
+def in_cidr(address, cidr) -> bool:
+    """True when ``address`` (an IPv4 or IPv6 address as text) lies inside ``cidr``
+    (e.g. "10.77.29.0/24"); False for an empty or malformed address or a bad CIDR."""
+    try:
+        return ipaddress.ip_address(str(address)) in ipaddress.ip_network(str(cidr), strict=False)
+    except ValueError:
+        return False
+
+
+def key_source(held: dict, alive: list, members) -> str:
+    """The member the cluster key pair is read from (or made on), among the members still in the
+    play (review F13: the first member may be dead, and a run_once task delegated to it fails
+    every host).
+
+    ``held``: {host: checksum of the public key it holds, or None}; ``alive``: the play's hosts
+    that have not failed (``ansible_play_hosts``); ``members``: the cluster members in inventory
+    order. The pair most alive members hold wins (ties: the one an earlier member holds), read
+    from the first member holding it; no pair anywhere: the first alive member makes one. So a
+    pair made while the first member was down stays once it is back. Raises ValueError when no
+    member is alive."""
+    live = [host for host in members if host in alive]
+    if not live:
+        raise ValueError(f"no cluster member is left in the play (members: {', '.join(members) or 'none'})")
+    counts: dict = {}
+    for host in live:
+        if held.get(host):
+            counts.setdefault(held[host], []).append(host)
+    if not counts:
+        return live[0]
+    holders = max(counts.values(), key=lambda hosts: (len(hosts), -live.index(hosts[0])))
+    return holders[0]
 
 
 # RFC 1123 section 2.1 (with RFC 952): a host name is dot-separated labels of letters, digits
@@ -337,6 +371,8 @@ class FilterModule:
             "ncclprep_data_plane": data_plane,
             "ncclprep_members": members,
             "ncclprep_member_duplicates": member_duplicates,
+            "ncclprep_key_source": key_source,
+            "ncclprep_in_cidr": in_cidr,
             "ncclprep_ssh_targets": ssh_targets,
             "ncclprep_numa_pinning_intent": numa_pinning_intent,
             "ncclprep_irqs_to_pin": irqs_to_pin,

@@ -114,7 +114,19 @@ def ufw_rule_text(rule: dict) -> str:
     return " ".join(parts)
 
 
-def ufw_unintended(intended: list[dict], live: list[dict]) -> dict[str, list[dict]]:
+def _unknown_member(source, unknown_in) -> bool:
+    """Whether ``source`` is one host's address inside network ``unknown_in``: a rule that may be
+    a member's whose address this run does not know (it could not be reached, review F13)."""
+    if not unknown_in:
+        return False
+    try:
+        net = ipaddress.ip_network(str(source), strict=False)
+        return net.num_addresses == 1 and net.subnet_of(ipaddress.ip_network(str(unknown_in), strict=False))
+    except (ValueError, TypeError):
+        return False
+
+
+def ufw_unintended(intended: list[dict], live: list[dict], unknown_in: str | None = None) -> dict[str, list[dict]]:
     """Which live ufw rules are not the intended ones, and which intended ones are not live:
     ``{"stale": [...], "foreign": [...], "missing": [...]}``.
 
@@ -126,7 +138,9 @@ def ufw_unintended(intended: list[dict], live: list[dict]) -> dict[str, list[dic
     role to delete; ``missing``: the intended rules no live rule matches; ``foreign``: the rules
     of others (a cloud image's ``allow OpenSSH``, a hand
     ``ufw allow 29400``) that open what the role does not intend, for firewall.rules to FAIL
-    on. Each entry is the live rule with ``text`` (``ufw_rule_text``) added.
+    on. Each entry is the live rule with ``text`` (``ufw_rule_text``) added. ``unknown_in``: the
+    cluster network when some member's address is not known this run (a member that cannot be
+    reached): ncclprep's own rules from one address inside it are kept, not stale.
     """
     want = {_key(r["from"], r["port"], r["proto"], r.get("interface")): r for r in intended}
     have = set()
@@ -140,6 +154,8 @@ def ufw_unintended(intended: list[dict], live: list[dict]) -> dict[str, list[dic
             have.add(key)
             continue
         owned = str(rule.get("comment") or "").startswith(OWNED_PREFIX)
+        if owned and _unknown_member(rule["from"], unknown_in):
+            continue
         out["stale" if owned else "foreign"].append(dict(rule, text=ufw_rule_text(rule)))
     out["missing"] = [r for k, r in want.items() if k not in have]
     return out
@@ -252,13 +268,14 @@ def nft_rule_text(rule: dict) -> str:
     return " ".join(parts + [rule.get("verdict") or "continue"])
 
 
-def nft_unintended(intended: list[dict], table: dict) -> dict[str, list]:
+def nft_unintended(intended: list[dict], table: dict, unknown_in: str | None = None) -> dict[str, list]:
     """The intended rules the live table lacks and the accepts it has beyond them:
     ``{"missing": [intended rule], "foreign": [live rule with "text"]}``.
 
     ``table``: ``parsers.nft.parse_nft_table``. The role's fixed rules (conntrack, loopback,
     ICMP: ``base``) are not compared; an accept with a statement the parser does not know, or
-    with no source, is foreign (it may open anything)."""
+    with no source, is foreign (it may open anything). ``unknown_in``: as ``ufw_unintended``'s
+    (an accept from one address inside it may be a member's that could not be reached)."""
     want = {_key(r["from"], r["port"], r["proto"], r.get("interface")): r for r in intended}
     have = set()
     foreign = []
@@ -269,6 +286,8 @@ def nft_unintended(intended: list[dict], table: dict) -> dict[str, list]:
             if rule.get("from") and not rule.get("other") else None
         if key is not None and key in want:
             have.add(key)
+        elif key is not None and _unknown_member(rule["from"], unknown_in):
+            continue
         else:
             foreign.append(dict(rule, text=nft_rule_text(rule)))
     return {"missing": [r for k, r in want.items() if k not in have], "foreign": foreign}

@@ -361,3 +361,4 @@ def test_mtu_that_cuts_nodes_off_is_rolled_back(cluster):
         mtu = run(["podman", "exec", f"ncclprep-{n}", "cat",
                    "/sys/class/net/eth0/mtu"], timeout=60)
         assert mtu.stdout.strip() == "4096", n
+

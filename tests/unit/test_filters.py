@@ -154,3 +154,28 @@ def test_the_ufw_stale_filter_hands_community_general_ufw_what_it_takes():
     assert [(r["from"], r["to"], r["port"], r["proto"], r["action"], r["text"]) for r in stale] == [
         ("192.168.20.0/24", "any", "22", "tcp", "allow", "allow in proto tcp from 192.168.20.0/24 to any port 22")]
     assert F["ncclprep_ufw_stale"](None, intended) == []
+
+
+def test_the_key_pair_comes_from_a_live_member_and_the_pair_most_of_them_hold():
+    """Review F13: the pair was always made on and read from the first member, so a dead node1
+    failed every host at ssh_trust (run_once delegated to it)."""
+    source = F["ncclprep_key_source"]
+    members = ["node1", "node2", "node3"]
+    # node1 dead: node2 holds the cluster's pair and is read from
+    assert source({"node2": "aa", "node3": "aa"}, ["node2", "node3"], members) == "node2"
+    # no pair anywhere: the first live member makes it
+    assert source({}, ["node1", "node2", "node3"], members) == "node1"
+    assert source({"node2": None, "node3": None}, ["node2", "node3"], members) == "node2"
+    # node1 back with the pair it held before; node2 and node3 hold the one made while it was down
+    assert source({"node1": "old", "node2": "new", "node3": "new"}, members, members) == "node2"
+    # a tie: the pair of the earlier member; a fresh node without a pair counts for none
+    assert source({"node1": None, "node2": "b", "node3": "c"}, members, members) == "node2"
+    with pytest.raises(ValueError, match=r"no cluster member is left in the play \(members: node1, node2, node3\)"):
+        source({"node1": "aa"}, ["other"], members)
+
+
+def test_in_cidr_takes_an_address_inside_the_network_only():
+    inside = F["ncclprep_in_cidr"]
+    assert inside("10.77.29.11", "10.77.29.0/24") and not inside("10.77.30.11", "10.77.29.0/24")
+    assert not inside("", "10.77.29.0/24") and not inside("node1", "10.77.29.0/24")
+    assert inside("fd00::5", "fd00::/64") and not inside("10.0.0.1", "not a cidr")

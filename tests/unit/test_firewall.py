@@ -160,6 +160,28 @@ def test_ufw_rules_no_longer_intended_are_stale_if_ncclprep_s_and_foreign_otherw
 
 
 
+
+def test_a_member_that_cannot_be_reached_keeps_its_rules():
+    """Review F13 on the local cluster: with node3 stopped, node3's own rules on node1 and node2
+    were reported (validate) and deleted (site.yml) as no longer intended, since this run did not
+    know node3's address. With unknown_in, ncclprep's rules from one address inside the cluster
+    network stay; anyone else's, and a network-wide one, do not."""
+    from ansible.module_utils.ncclprep.firewall import nft_unintended, ufw_unintended
+
+    intended = ruleset(["10.0.0.11", "10.0.0.12"], "eth0", [29400], ["10.0.0.11", "10.0.0.12"], [])
+    node3 = [_live("10.0.0.13", None, "any", "ncclprep: cluster node (NCCL, Gloo, rendezvous)", interface="eth0"),
+             _live("10.0.0.13", "29400", comment="ncclprep: torch.distributed rendezvous")]
+    others = [_live("10.0.0.14", "22", comment=None), _live("10.0.0.0/24", "29400", comment="ncclprep: old")]
+    assert len(ufw_unintended(intended, node3 + others)["stale"]) == 3
+    kept = ufw_unintended(intended, node3 + others, unknown_in="10.0.0.0/24")
+    assert [r["text"] for r in kept["stale"]] == ["allow in proto tcp from 10.0.0.0/24 to any port 29400"]
+    assert [r["text"] for r in kept["foreign"]] == ["allow in proto tcp from 10.0.0.14 to any port 22"]
+    assert len(ufw_unintended(intended, node3, unknown_in="10.1.0.0/24")["stale"]) == 2  # outside the network
+    table = {"rules": [{"verdict": "accept", "from": "10.0.0.13", "port": None, "proto": "any", "interface": "eth0"},
+                       {"verdict": "accept", "from": "10.0.0.0/24", "port": "22", "proto": "tcp"}]}
+    assert [r["from"] for r in nft_unintended(intended, table)["foreign"]] == ["10.0.0.13", "10.0.0.0/24"]
+    assert [r["from"] for r in nft_unintended(intended, table, "10.0.0.0/24")["foreign"]] == ["10.0.0.0/24"]
+
 def test_by_default_only_the_members_get_in_on_the_data_plane():
     """Review F1/F9: the cluster rule opened every port (the rendezvous store, whose state torch
     unpickles, and the probes' stores) to every host of the data-plane CIDR. Given the members'

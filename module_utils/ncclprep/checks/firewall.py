@@ -36,7 +36,7 @@ def firewall_problem(fw: dict, live: dict | None) -> str | None:
             return f"table inet ncclprep not readable: {table['error']}"
         if table["policy"] != "drop":
             return f"table inet ncclprep's input policy is {table['policy']}, not drop"
-        diff = nft_unintended(fw.get("rules") or [], table)
+        diff = nft_unintended(fw.get("rules") or [], table, fw.get("unknown_in"))
         problems = [f"no rule for {r['from']}" + (f" port {r['port']}" if r["port"] is not None else "")
                     + f" ({r['comment']})" for r in diff["missing"]]
         problems += [f"accepts what ncclprep does not intend: {r['text']}" for r in diff["foreign"]]
@@ -54,7 +54,7 @@ def firewall_problem(fw: dict, live: dict | None) -> str | None:
         problems.append("IPV6=no in /etc/default/ufw: ufw filters no IPv6 traffic, every port listening on [::] "
                         "is open over IPv6 (set IPV6=yes, then ufw reload)")
     if live.get("ufw_rules") is not None:
-        diff = ufw_unintended(fw.get("rules") or [], live["ufw_rules"])
+        diff = ufw_unintended(fw.get("rules") or [], live["ufw_rules"], fw.get("unknown_in"))
         problems += [f"no rule for {r['from']}" + (f" port {r['port']}" if r["port"] is not None else "")
                      + (f" on {r['interface']}" if r.get("interface") else "") + f" ({r['comment']})"
                      for r in diff["missing"]]
