@@ -81,13 +81,13 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     # Gloo bound eth0's address (GLOO_SOCKET_IFNAME from nccl_env) on every node
     assert statuses["collective.transport"] == "PASS", by["collective.transport"]
     assert sorted(by["collective.transport"]["measured"]) == NODES
-    # every file site.yml wrote on each node, as it wrote them: nccl_env's five (nccl.conf, the env file, the
-    # debug env file, the launcher, the template job), the sysctl drop-in,
+    # every file site.yml wrote on each node, as it wrote them: nccl_env's six (nccl.conf, the env file, the
+    # debug env file, the launcher, the rendezvous guard, the template job), the sysctl drop-in,
     # ssh_trust's ssh config and known_hosts lines, the hosts block, rps_rfs's script and unit,
     # numa_pinning's map, JSON map and wrapper (no IRQ script or unit: a veth has no IRQs; no
     # roce_qos files: no RoCE port; no nic_mtu file: nothing defines eth0 at boot; no nftables
     # table: ufw)
-    assert by["drift.files"]["measured"] == 14 * len(NODES)
+    assert by["drift.files"]["measured"] == 15 * len(NODES)
     directions = {(a, b) for a in NODES for b in NODES if a != b}
     net = data["network"]
     for key in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports"):
