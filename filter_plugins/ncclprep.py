@@ -36,7 +36,8 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
 )
 from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
 from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
-from ansible.module_utils.ncclprep.sysctl import HOST_GLOBAL, check_value, normalize  # noqa: E402
+from ansible.module_utils.ncclprep.sysctl import HOST_GLOBAL, check_value, kernel_error, normalize  # noqa: E402
+from ansible.module_utils.ncclprep.sysctl import parse_trial  # noqa: E402
 # isort: on
 
 
@@ -96,20 +97,25 @@ def sysctl_value(value: object, key: str = "?", host: str = "?") -> str:
         raise AnsibleFilterError(f"{host}: sysctl {key}: {exc}") from None
 
 
-def sysctl_errors(settings: dict, available_congestion_control=None, host: str = "?", known=None) -> list[str]:
+def sysctl_errors(settings: dict, available_congestion_control=None, host: str = "?", known=None,
+                  trial=None) -> list[str]:
     """Why each invalid setting is invalid: ``["node1: net.ipv4.tcp_congestion_control='brr': ..."]``.
 
     ``available_congestion_control`` is the node's tcp_available_congestion_control
     (a space-separated string or a list); ``known``: the names this kernel shows (``sysctl -N -a``,
     a list; None: not checked), a key outside it and outside sysctl.HOST_GLOBAL (hidden from a
     container's network namespace, not unknown) is unknown, with the closest name offered;
-    [] when every value is valid.
+    ``trial``: the stdout of sysctl_tuning's sysctl_trial.sh on the node (its live values and
+    what a throw-away network namespace made of each value; None: not run), so a value the
+    kernel refuses or reads back differently fails here, before any change (sysctl.kernel_error).
+    Host-global keys are held to sysctl.KERNEL_BOUNDS either way. [] when every value is valid.
     """
     import difflib
 
     if isinstance(available_congestion_control, str):
         available_congestion_control = available_congestion_control.split()
     known = set(known) if known else None
+    live, tried, _ = parse_trial(trial) if trial is not None else ({}, {}, None)
     errors = []
     for key, value in sorted((settings or {}).items()):
         if known is not None and key not in known and key not in HOST_GLOBAL:
@@ -118,6 +124,8 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
                           + (f"; did you mean {close[0]}?" if close else " (sysctl -a lists the names)"))
             continue
         why = check_value(key, value, available_congestion_control)
+        if not why:
+            why = kernel_error(key, value, live.get(key), tried.get(key))
         if why:
             errors.append(f"{host}: {key}={value!r}: {why}")
     return errors

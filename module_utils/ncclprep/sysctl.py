@@ -190,3 +190,97 @@ def diagnose_sysctl(values: dict[str, str], intent: dict | None, host: str | Non
                            "on multi-NIC (one subnet per rail) hosts set rp_filter = 2 (loose) and arp_ignore = 1, "
                            "arp_announce = 2", host=host, rp_filter={k: values[k] for k in strict}))
     return out
+
+
+#: A C ``int``: the type of every net.core value above (linux net/core/sysctl_net_core.c,
+#: ``.maxlen = sizeof(int)``); a number outside it is refused with EINVAL (proc_dointvec).
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
+#: Bounds of the host-global keys that a throw-away network namespace cannot try (they are
+#: read-only or absent there): ``key -> (least, largest, why)``. Kernel rules from
+#: linux net/core/sysctl_net_core.c and include/net/sock.h, checked on Linux 6.18 here:
+#: rmem_* below SOCK_MIN_RCVBUF (2048 + the aligned size of struct sk_buff, 2304 bytes on
+#: x86_64) and wmem_* below SOCK_MIN_SNDBUF (twice that) are refused, as is
+#: rps_sock_flow_entries above 2**29 or a negative netdev_budget_usecs. netdev_budget and
+#: netdev_max_backlog take any int, but a count of packets below 1 stops the receive path:
+#: that floor is ncclprep's rule, not the kernel's.
+KERNEL_BOUNDS: dict[str, tuple[int, int, str]] = {
+    "net.core.rmem_max": (2304, INT_MAX, "the kernel's SOCK_MIN_RCVBUF to a C int"),
+    "net.core.rmem_default": (2304, INT_MAX, "the kernel's SOCK_MIN_RCVBUF to a C int"),
+    "net.core.wmem_max": (4608, INT_MAX, "the kernel's SOCK_MIN_SNDBUF to a C int"),
+    "net.core.wmem_default": (4608, INT_MAX, "the kernel's SOCK_MIN_SNDBUF to a C int"),
+    "net.core.netdev_budget": (1, INT_MAX, "a packet count: below 1 no packet is received"),
+    "net.core.netdev_max_backlog": (1, INT_MAX, "a packet count: below 1 every packet is dropped"),
+    "net.core.netdev_budget_usecs": (0, INT_MAX, "microseconds, 0 to a C int"),
+    "net.core.rps_sock_flow_entries": (0, 2**29, "the kernel caps the RFS table at 2**29 entries"),
+}
+
+#: Keys the kernel stores rounded up to a power of two (rps_sock_flow_sysctl,
+#: roundup_pow_of_two), so any other value reads back differently, and drift.sysctl would
+#: flag it on every run.
+POWER_OF_TWO = frozenset({"net.core.rps_sock_flow_entries"})
+
+
+def parse_trial(text: str) -> tuple[dict[str, str], dict[str, tuple[str, str | None]], str | None]:
+    """Parse sysctl_tuning's ``sysctl_trial.sh`` output.
+
+    Returns ``(live, trial, unavailable)``: ``live`` maps a key to its value in the node's own
+    network namespace (whitespace normalised), ``trial`` maps a key to ``(outcome, readback)``
+    with outcome ``ok`` (readback the normalised value read back), ``refused``, ``readonly``
+    or ``absent`` (readback None), and ``unavailable`` is why no throw-away namespace could be
+    made, or None. Lines of another shape are ignored; raises nothing.
+    """
+    def key_of(path: str) -> str:
+        return path[len("/proc/sys/"):].replace("/", ".") if path.startswith("/proc/sys/") else path
+
+    live: dict[str, str] = {}
+    trial: dict[str, tuple[str, str | None]] = {}
+    unavailable = None
+    for line in text.splitlines():  # a pty's "\r\n" too (ansible.builtin.script)
+        f = line.rstrip("\r").split("\t")
+        if f[0] == "live" and len(f) == 3:
+            live[key_of(f[1])] = normalize(f[2])
+        elif f[0] == "trial" and len(f) in (3, 4):
+            trial[key_of(f[1])] = (f[2], normalize(f[3]) if len(f) == 4 else None)
+        elif f[0] == "trial-unavailable":
+            unavailable = f[1] if len(f) > 1 and f[1] else "unknown reason"
+    return live, trial, unavailable
+
+
+def kernel_error(key: str, value: object, live: str | None = None,
+                 trial: tuple[str, str | None] | None = None) -> str | None:
+    """Return why the kernel would refuse ``value`` for ``key`` or keep it otherwise, or None.
+
+    ``live``: the key's value on the node now (its field count is the count the kernel takes:
+    a short ``tcp_rmem`` keeps the old last field, a long one drops the extra, both silently);
+    ``trial``: the outcome of writing ``value`` in a throw-away network namespace
+    (:func:`parse_trial`). Host-global keys, which no namespace can try, are held to
+    KERNEL_BOUNDS and POWER_OF_TWO. Assumes :func:`check_value` passed; raises nothing.
+    """
+    text = normalize(value)
+    if key in STRING_KEYS:
+        return None
+    fields = text.split()
+    if live is not None and live != "" and len(live.split()) != len(fields):
+        n = len(live.split())
+        return (f"takes {n} field{'s' if n != 1 else ''} (the kernel shows {live!r}), got {len(fields)}: "
+                "the kernel would silently keep or drop the difference")
+    if trial is not None and trial[0] == "refused":
+        return "the kernel refuses it (tried in a throw-away network namespace): out of range or not a number"
+    if trial is not None and trial[0] == "ok" and trial[1] != text:
+        return f"the kernel reads it back as {trial[1]!r} (tried in a throw-away network namespace); set that"
+    if key in KERNEL_BOUNDS:
+        lo, hi, why = KERNEL_BOUNDS[key]
+        bad = [int(f) for f in fields if not lo <= int(f) <= hi]
+        if bad:
+            return f"{bad[0]} is outside {lo}..{hi} ({why})"
+    elif key in HOST_GLOBAL and key != "net.core.bpf_jit_limit":  # a C long, the rest C ints
+        bad = [int(f) for f in fields if not INT_MIN <= int(f) <= INT_MAX]
+        if bad:
+            return f"{bad[0]} is outside a C int ({INT_MIN}..{INT_MAX}), which the kernel refuses"
+    if key in POWER_OF_TWO:
+        n = int(fields[0])
+        if n > 0 and n & (n - 1):
+            up = 1 << (n - 1).bit_length()
+            return f"the kernel rounds {n} up to a power of two and reads it back as {up}; set {up}"
+    return None
