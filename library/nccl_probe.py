@@ -49,6 +49,14 @@ options:
     description: KEY=VALUE file (the nccl_env launch env) loaded into the environment first.
   timeout: {type: int, default: 120, description: Hard deadline in seconds for the whole probe.}
   join_timeout: {type: int, default: 30, description: Seconds to wait for all ranks to arrive.}
+  token:
+    type: str
+    description:
+      - The run's secret, the same on every rank (validate.yml draws one per run). Every value in
+        the store on rank 0, torch's own too, is sealed with an HMAC-SHA256 keyed by it, so a host
+        that reaches the store but is not in the run cannot steer the ranks; a rank that reads a
+        value not sealed with it fails with C(was tampered with) naming the key.
+      - Unset, values are not sealed (only the firewall and the store's data-plane binding guard it).
   local_ranks:
     type: list
     elements: int
@@ -150,6 +158,7 @@ def main() -> None:
             env_file=dict(type="path"),
             timeout=dict(type="int", default=120),
             join_timeout=dict(type="int", default=30),
+            token=dict(type="str", no_log=True),
             local_ranks=dict(type="list", elements="int", default=[]),
             cpu_binding=dict(type="list", elements="str", default=[]),
         ),
@@ -207,7 +216,7 @@ def main() -> None:
         p["rank"], len(p["hosts"]), p["local_ranks"], p["cpu_binding"], p["timeout"],
         master_addr=p["master_addr"], master_port=p["master_port"], backend=backend, ops=p["ops"],
         sizes=p["sizes"], warmup=p["warmup"], iters=p["iters"], join_timeout_s=p["join_timeout"],
-        op_timeout_s=max(p["timeout"] - p["join_timeout"], 5))
+        op_timeout_s=max(p["timeout"] - p["join_timeout"], 5), token=p["token"])
     probe = {"rank": p["rank"], "host": host, "hosts": p["hosts"], "backend": backend, "error": None,
              "missing_ranks": [], "results": []}
     probe.update(result)

@@ -23,7 +23,7 @@ import time
 from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist
 from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
-from ansible.module_utils.ncclprep.netutil import bound_tcp_store
+from ansible.module_utils.ncclprep.netutil import bound_tcp_store, signed_store
 from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path, parse_nccl_log
 
 # Collectives each backend runs. Gloo gained reduce_scatter_tensor in recent torch; where the
@@ -168,12 +168,17 @@ def run_rank(
     op_timeout_s: float,
     local_rank: int = 0,
     cpus: str | None = None,
+    token: str | None = None,
 ) -> None:
     """Join the group, run every op over every size, and send the result through ``progress``.
 
     ``local_rank``: this rank's index on its node, the CUDA device it uses under NCCL (as
     torchrun's LOCAL_RANK); ``cpus``: a CPU list (``"0-15,32-47"``) the rank binds itself to
-    first (sched_setaffinity, as the launcher's NUMA binding does), None for no binding.
+    first (sched_setaffinity, as the launcher's NUMA binding does), None for no binding;
+    ``token``: the run's secret, which seals every value in the store, torch's Gloo addresses
+    and NCCL unique id too (netutil.signed_store, review F9), so a host outside the run that
+    reaches the store cannot steer the ranks: a rank that reads a value not sealed with it
+    raises StoreTampered, named in the result's error. None: values unsealed.
 
     The rank first announces itself in the TCP store hosted by rank 0 and waits
     at most ``join_timeout_s`` for all ranks; if some never arrive it reports them
@@ -191,6 +196,8 @@ def run_rank(
     progress.stage("store", rank=rank)
     # bound to rank 0's data-plane address only (review F9); _listener keeps its socket open
     store, _listener = bound_tcp_store(dist, rank, world_size, master_addr, master_port, join_timeout_s)
+    if token:
+        store = signed_store(dist, store, token)
     store.set(f"arrived/{rank}", host)
     deadline = time.monotonic() + join_timeout_s
     missing = list(range(world_size))

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import datetime
 import errno
-import hashlib
-import hmac
 import json
 import math
 import random
@@ -47,7 +45,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.ncclprep.blame import slow_bandwidth, slowest_per_direction
-from ansible.module_utils.ncclprep.netutil import bound_tcp_store
+from ansible.module_utils.ncclprep.netutil import MAX_STORE_VALUE, StoreTampered, bound_tcp_store, seal, unseal  # noqa: F401
 from ansible.module_utils.ncclprep.schedule import pair_schedule, partner, repair_rounds
 
 # linux/in.h, linux/in6.h (Python's socket module does not export them)
@@ -596,11 +594,11 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
         store.set(f"final/{rank}", "1")
         if rank == 0:  # keep the store up until every node has read it
             _wait(store, [f"final/{r}" for r in present if r not in gone], round_timeout)
-    except RuntimeError as exc:  # torch's DistStoreError: the store on the first node stopped answering
-        store_error = f"the store on {hosts[0]} ({addresses[0]}:{store_port}): {str(exc).splitlines()[0][:200]}"
     except StoreTampered as exc:  # a host outside this run wrote to the store
         store_error = (f"the store on {hosts[0]} ({addresses[0]}:{store_port}) was tampered with: {exc} (a host "
                        f"other than this run's nodes wrote to it)")
+    except RuntimeError as exc:  # torch's DistStoreError: the store on the first node stopped answering
+        store_error = f"the store on {hosts[0]} ({addresses[0]}:{store_port}): {str(exc).splitlines()[0][:200]}"
     finally:
         listener.close()
     missing = [hosts[r] for r in range(world) if r not in present] if present else []
@@ -618,39 +616,21 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     })
 
 
-class StoreTampered(Exception):
-    """A value in the probe's store that this run's nodes did not write (its MAC does not hold)."""
-
-
-#: The largest value a probe node writes (a node's first-phase rows); more is not this run's.
-MAX_STORE_VALUE = 4 << 20
-
-
 class SignedStore:
-    """The probe's TCPStore with every value authenticated (review F9): ``set`` writes
-    ``<HMAC-SHA256 of key NUL value, keyed by the run token, hex>:<value>``, ``get`` checks it
-    and returns the value (str); ``check`` and ``wait`` pass through (a key's presence alone
-    decides nothing: its value is read, and checked, before it counts). Raises StoreTampered
-    naming the key when a value is not this run's or is over MAX_STORE_VALUE bytes."""
+    """The probe's TCPStore with every value authenticated (review F9): ``set`` writes the value
+    sealed with the run token (netutil.seal), ``get`` unseals it and returns it (str); ``check``
+    and ``wait`` pass through (a key's presence alone decides nothing: its value is read, and
+    checked, before it counts). Raises StoreTampered naming the key when a value is not this
+    run's or is over MAX_STORE_VALUE bytes."""
 
     def __init__(self, store, token: str):
-        self._store, self._key = store, token.encode()
-
-    def _mac(self, key: str, value: bytes) -> bytes:
-        return hmac.new(self._key, key.encode() + b"\0" + value, hashlib.sha256).hexdigest().encode()
+        self._store, self._token = store, token
 
     def set(self, key: str, value: str) -> None:
-        data = value.encode()
-        self._store.set(key, self._mac(key, data) + b":" + data)
+        self._store.set(key, seal(self._token, key, value.encode()))
 
     def get(self, key: str) -> str:
-        raw = self._store.get(key)
-        if len(raw) > MAX_STORE_VALUE + 65:
-            raise StoreTampered(f"{key}: a value of {len(raw)} bytes")
-        mac, sep, data = raw.partition(b":")
-        if not sep or not hmac.compare_digest(mac, self._mac(key, data)):
-            raise StoreTampered(f"{key}: a value not signed with this run's token")
-        return data.decode()
+        return unseal(self._token, key, self._store.get(key)).decode()
 
     def check(self, keys: list[str]) -> bool:
         return self._store.check(keys)

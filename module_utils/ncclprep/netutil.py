@@ -1,5 +1,5 @@
 """Data-plane network helpers: which interface carries the cluster CIDR, and the probes' store
-bound to the data-plane address.
+bound to the data-plane address, its values signed with the run's token.
 
 Pure functions over plain data so that node_facts (on the nodes), the filter
 plugins (on the controller) and the tests share them.
@@ -8,6 +8,8 @@ plugins (on the controller) and the tests share them.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
 import ipaddress
 import socket
 
@@ -84,3 +86,72 @@ def bound_tcp_store(dist, rank: int, world: int, address: str, port: int, timeou
     sock.bind((address, port))
     sock.listen(512)
     return dist.TCPStore(address, port, world, True, master_listen_fd=sock.fileno(), **kw), sock
+
+
+class StoreTampered(RuntimeError):
+    """A value in a probe's store that this run's nodes did not write (its MAC does not hold)."""
+
+
+#: The largest value a probe writes (net_probe: a node's first-phase rows; torch's keys are
+#: a few hundred bytes); more is not this run's.
+MAX_STORE_VALUE = 4 << 20
+
+
+def seal(token: str, key: str, value: bytes) -> bytes:
+    """``value`` as stored under ``key``: ``<HMAC-SHA256 of key NUL value, keyed by token, hex>:<value>``
+    (review F9: a host that reaches a store cannot write a value this run's nodes accept)."""
+    return hmac.new(token.encode(), key.encode() + b"\0" + value, hashlib.sha256).hexdigest().encode() + b":" + value
+
+
+def unseal(token: str, key: str, raw: bytes) -> bytes:
+    """The value :func:`seal` stored under ``key``. Raises StoreTampered naming the key when the
+    MAC does not hold or ``raw`` is over MAX_STORE_VALUE bytes."""
+    if len(raw) > MAX_STORE_VALUE + 65:
+        raise StoreTampered(f"{key}: a value of {len(raw)} bytes")
+    mac, sep, data = raw.partition(b":")
+    if not sep or not hmac.compare_digest(raw, seal(token, key, data)):
+        raise StoreTampered(f"{key}: a value not signed with this run's token")
+    return data
+
+
+def signed_store(dist, store, token: str):
+    """A ``torch.distributed.Store`` over ``store`` (a TCPStore) that seals every value written and
+    unseals every value read, torch's own too: init_process_group's Gloo addresses and the NCCL
+    unique id go through it (torch calls a Python Store subclass for each set and get; seen with
+    Gloo on torch 2.13 here). ``dist`` is ``torch.distributed``. A read of a value this run did
+    not write raises StoreTampered (a RuntimeError, so torch passes its message on); ``add``,
+    ``check``, ``wait`` and the rest pass through: a key's presence or a counter decides nothing
+    that a read value does not confirm.
+    """
+    class _Signed(dist.Store):
+        def __init__(self):
+            super().__init__()
+
+        def set(self, key, value):
+            store.set(key, seal(token, key, value.encode() if isinstance(value, str) else bytes(value)))
+
+        def get(self, key):
+            return unseal(token, key, store.get(key))
+
+        def add(self, key, amount):
+            return store.add(key, amount)
+
+        def check(self, keys):
+            return store.check(keys)
+
+        def wait(self, keys, timeout=None):
+            return store.wait(keys) if timeout is None else store.wait(keys, timeout)
+
+        def compare_set(self, key, expected, desired):
+            return store.compare_set(key, expected, desired)
+
+        def delete_key(self, key):
+            return store.delete_key(key)
+
+        def num_keys(self):
+            return store.num_keys()
+
+        def set_timeout(self, timeout):
+            return store.set_timeout(timeout)
+
+    return _Signed()

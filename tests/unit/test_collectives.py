@@ -30,7 +30,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank, world, port, ops, sizes, timeout, queue, old_gloo=False):
+def _rank(rank, world, port, ops, sizes, timeout, queue, old_gloo=False, token=None):
     if old_gloo:  # the gloo of an older torch: no reduce_scatter
         import torch.distributed as dist
 
@@ -41,17 +41,18 @@ def _rank(rank, world, port, ops, sizes, timeout, queue, old_gloo=False):
         run_rank,
         dict(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
              backend="gloo", ops=ops, sizes=sizes, warmup=1, iters=2,
-             join_timeout_s=timeout / 2, op_timeout_s=timeout / 2),
+             join_timeout_s=timeout / 2, op_timeout_s=timeout / 2, token=token),
         timeout_s=timeout,
     )
     queue.put((rank, out))
 
 
-def _run(world, ranks, ops, sizes, timeout=40, old_gloo=False):
+def _run(world, ranks, ops, sizes, timeout=40, old_gloo=False, tokens=None):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, ops, sizes, timeout, queue, old_gloo))
+    procs = [ctx.Process(target=_rank, args=(r, world, port, ops, sizes, timeout, queue, old_gloo,
+                                             (tokens or {}).get(r)))
              for r in ranks]
     for p in procs:
         p.start()
@@ -186,3 +187,34 @@ def test_the_probe_store_listens_on_the_data_plane_address_only():
         assert none is None and other.get("k") == b"v"
     finally:
         listener.close()
+
+
+def test_sealed_stores_carry_torchs_own_keys_and_a_rank_with_another_token_names_the_tampering():
+    """Review F9, the rest: nccl_probe's store held torch's own keys (Gloo's addresses, the NCCL
+    unique id) unsealed, so a host that reached it could point the ranks elsewhere. With the
+    run's token every value is sealed, torch's too: the sweep passes, and a rank whose token
+    differs (as a stranger's writes would) reads a value it cannot unseal and says so."""
+    ok = _run(2, [0, 1], ["all_reduce"], [4096], timeout=40, tokens={0: "t" * 32, 1: "t" * 32})
+    assert [ok[r]["value"]["status"] for r in (0, 1)] == ["PASS", "PASS"], ok
+    assert ok[0]["value"]["results"][0]["wrong"] == 0
+    bad = _run(2, [0, 1], ["all_reduce"], [4096], timeout=20, tokens={0: "t" * 32, 1: "u" * 32})
+    errors = " ".join(str(bad[r].get("error") or bad[r].get("value")) for r in (0, 1))
+    assert "a value not signed with this run's token" in errors, bad
+
+
+def test_a_sealed_store_refuses_a_value_written_beside_it_and_passes_counters_through():
+    import datetime
+
+    import torch.distributed as dist
+    from ansible.module_utils.ncclprep.netutil import StoreTampered, seal, signed_store
+
+    raw = dist.TCPStore("127.0.0.1", _free_port(), 1, True, timeout=datetime.timedelta(seconds=5),
+                        wait_for_workers=False)
+    store = signed_store(dist, raw, "k" * 32)
+    store.set("gloo/addr", b"10.0.0.1:1234")
+    assert raw.get("gloo/addr") == seal("k" * 32, "gloo/addr", b"10.0.0.1:1234")
+    assert store.get("gloo/addr") == b"10.0.0.1:1234"
+    raw.set("gloo/addr", b"203.0.113.9:1234")  # a stranger's write
+    with pytest.raises(StoreTampered, match="gloo/addr: a value not signed"):
+        store.get("gloo/addr")
+    assert store.add("count", 2) == 2 and store.check(["count"])
