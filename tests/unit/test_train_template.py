@@ -129,3 +129,20 @@ def test_the_check_and_the_summary_show_global_batch_step_time_and_communication
     at = md.index("## Training job")
     row = md[at:].splitlines()[4]
     assert [cell.strip() for cell in row.strip("|").split("|")] == ["3", "192", "60.0", "30%", "337952", "2 (70.0)"]
+
+
+def test_a_checkpoint_is_not_written_through_a_link_planted_at_a_fixed_temporary_name(tmp_path):
+    """Review, low findings: save_checkpoint wrote ``path + ".tmp"`` and renamed it, so a link
+    planted at that name in a shared folder sent the job's (often root's) write to its target."""
+    import torch
+
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    ckpt = tmp_path / "ckpt" / "model.pt"
+    ckpt.parent.mkdir()
+    os.symlink(target, str(ckpt) + ".tmp")
+    model = torch.nn.Linear(2, 2)
+    train.save_checkpoint(str(ckpt), model, torch.optim.SGD(model.parameters(), lr=0.1), 3)
+    assert target.read_text() == "keep"
+    assert torch.load(ckpt, weights_only=True)["step"] == 3
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["model.pt", "model.pt.tmp"]  # only the plant left

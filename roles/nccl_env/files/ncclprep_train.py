@@ -217,11 +217,26 @@ def load_checkpoint(path: str | None, rank: int):
 
 
 def save_checkpoint(path: str, model, opt, step: int) -> None:
-    """Rank 0 only: write to a temporary name, then rename, so a crash never leaves half a file."""
+    """Rank 0 only: write to a temporary file, then rename, so a crash never leaves half a file.
+
+    The temporary file is made by mkstemp (O_EXCL, an unpredictable name, mode 0600) beside
+    ``path``: a fixed ``path + ".tmp"`` in a shared folder let another user plant a link there
+    that the job, often root, wrote through (review, low findings).
+    """
+    import tempfile
+
     import torch
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def result_line(result: dict) -> None:
