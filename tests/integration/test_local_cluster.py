@@ -292,6 +292,11 @@ BAD_INPUT = [
      "node1: NCCL_IB_HCA='mlx5_0;touch /tmp/pwned': ' ' ';' not allowed in a launch value"),
     ('{"nccl_env_overrides": {"LD_PRELOAD": "/tmp/x.so"}}',
      "node2: LD_PRELOAD=/tmp/x.so: not a variable of NCCL, Gloo, PyTorch, OpenMP, CUDA or UCX"),
+    ("nccl_env_rendezvous_port_span=0",
+     "node1: nccl_env_rendezvous_port_span=0 with nccl_env_rendezvous_port=29400: the span must be >= 1"),
+    # values the kernel refuses or keeps otherwise, tried in a throw-away network namespace
+    ('{"sysctl_tuning_overrides": {"net.core.somaxconn": -1, "net.ipv4.tcp_rmem": "4096 87380"}}',
+     "node2: net.core.somaxconn=-1: the kernel refuses it"),
     # the controller (10.77.29.1) outside both the cluster rule and the admin networks
     ('{"firewall_cluster_cidr": "10.77.29.8/29", "firewall_admin_cidrs": ["192.0.2.0/24"]}',
      "node1: the rules would lock the controller out: its SSH connection from 10.77.29.1 to 10.77.29.11:22"),
