@@ -49,7 +49,9 @@ def ssh_argv(target: str, user: str | None = None, identity: str | None = None, 
     """argv for one check: ``ssh -o BatchMode=yes -o StrictHostKeyChecking=yes ... target true``.
 
     BatchMode: never prompt (a prompt would be a hang); StrictHostKeyChecking=yes: an unknown or
-    changed host key fails instead of being accepted.
+    changed host key fails instead of being accepted. ``--`` ends the options, so a target that
+    starts with ``-`` (``-oProxyCommand=...``) is a host name to ssh, never an option (review,
+    low findings).
     """
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
             "-o", f"ConnectTimeout={int(connect_timeout)}", "-p", str(int(port))]
@@ -59,7 +61,7 @@ def ssh_argv(target: str, user: str | None = None, identity: str | None = None, 
         argv += ["-i", identity, "-o", "IdentitiesOnly=yes"]
     if user:
         argv += ["-l", user]
-    return argv + [target, "true"]
+    return argv + ["--", target, "true"]
 
 
 # sshd drops unauthenticated connections beyond MaxStartups (default 10:30:100: from 10

@@ -35,7 +35,7 @@ def test_argv_never_prompts_and_checks_host_keys():
                     known_hosts="/etc/ssh/ssh_known_hosts")
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
     assert "StrictHostKeyChecking=yes" in argv and "GlobalKnownHostsFile=/etc/ssh/ssh_known_hosts" in argv
-    assert argv[-2:] == ["node2", "true"] and argv[argv.index("-i") + 1] == "/root/.ssh/id_ed25519_ncclprep"
+    assert argv[-3:] == ["--", "node2", "true"] and argv[argv.index("-i") + 1] == "/root/.ssh/id_ed25519_ncclprep"
 
 
 # --- logins in rounds (the 8-node MaxStartups defect: every node logged in to every other at once)
@@ -145,3 +145,13 @@ def test_ssh_mesh_retries_a_transient_failure_once_and_keeps_its_evidence(monkey
     calls.clear()
     b0 = mod.run_in_rounds([{"host": "b", "name": "b"}], dict(p, retries=0))[0]
     assert (b0["ok"], b0["attempts"]) == (False, 1)
+
+
+def test_a_target_that_looks_like_an_option_is_a_host_name_to_ssh(tmp_path):
+    """Without ``--``, ssh read ``-oProxyCommand=...`` as an option and ran the command."""
+    import subprocess
+
+    mark = tmp_path / "ran"
+    argv = ssh_argv(f"-oProxyCommand=touch {mark}", connect_timeout=2)
+    subprocess.run(argv, capture_output=True, timeout=30)
+    assert not mark.exists()
