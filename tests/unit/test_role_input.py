@@ -1,0 +1,68 @@
+"""Roles refuse bad variables before any change: each role's validate.yml, run through
+ansible-playbook on localhost (the checks that need no facts from a node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import ANSIBLE_JSON_ENV as ENV
+from conftest import BIN, REPO
+
+
+def _validate(tmp_path, role: str, extra: dict, alone: bool = False):
+    """Run ``role``'s validate.yml on localhost; ``alone``: the file by itself, without the role's
+    defaults and dependencies (host_names depends on data_plane, which reads a real node)."""
+    inventory = {"all": {"hosts": {"fake1": {"ansible_connection": "local"}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    task = {"ansible.builtin.include_tasks": os.path.join(REPO, "roles", role, "tasks", "validate.yml")} if alone \
+        else {"ansible.builtin.include_role": {"name": role, "tasks_from": "validate.yml"}}
+    play = [{"hosts": "all", "gather_facts": False, "tasks": [dict(name="Check the input", **task)]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
+           "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra)]
+    out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
+    tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]
+    failed = [t for t in tasks if t["hosts"]["fake1"].get("failed")]
+    return out.returncode, failed
+
+
+@pytest.mark.parametrize("extras, bad", [
+    (["numpy", "--index-url=http://203.0.113.9/simple"], ["--index-url=http://203.0.113.9/simple"]),
+    (["-e", "git+https://203.0.113.9/x.git"], ["-e", "git+https://203.0.113.9/x.git"]),
+    (["evil @ https://203.0.113.9/evil.whl", "numpy>=1.26,<3"], ["evil @ https://203.0.113.9/evil.whl"]),
+    (["./local/pkg", "pillow[avif]==11.0.0"], ["./local/pkg"]),
+])
+def test_torch_runtime_refuses_extra_packages_that_are_pip_options_paths_or_urls(tmp_path, extras, bad):
+    """Review (low findings): torch_runtime_extra_packages went to pip as they were, so an entry
+    could point pip at another index or a URL the operator never meant."""
+    rc, failed = _validate(tmp_path, "torch_runtime", {"torch_runtime_extra_packages": extras})
+    assert rc == 2 and len(failed) == 1, failed
+    msg = " ".join(failed[0]["hosts"]["fake1"]["msg"].split())
+    assert msg.startswith(f"fake1: torch_runtime_extra_packages has {json.dumps(bad)}: each entry must be"), msg
+
+
+def test_torch_runtime_takes_plain_requirements(tmp_path):
+    rc, failed = _validate(tmp_path, "torch_runtime",
+                           {"torch_runtime_extra_packages": ["numpy", "numpy==2.1.0", "pillow[avif]>=11,<12"]})
+    assert (rc, failed) == (0, [])
+
+
+@pytest.mark.parametrize("domain", ["cluster.internal evil.example", "x\n10.0.0.9 node1", "a#b", "-lead.example"])
+def test_host_names_refuses_a_domain_that_is_not_one(tmp_path, domain):
+    """Review (low findings): host_names_domain was free text written into /etc/hosts."""
+    rc, failed = _validate(tmp_path, "host_names", {"host_names_domain": domain}, alone=True)
+    assert rc == 2 and len(failed) == 1, failed
+    assert failed[0]["task"]["name"].endswith("Check host_names_domain before any change")
+    assert " ".join(failed[0]["hosts"]["fake1"]["msg"].split()).startswith(
+        f"fake1: host_names_domain={json.dumps(domain)}: must be a DNS domain")
+
+
+@pytest.mark.parametrize("domain", ["cluster.internal", "c-1.example.org", None])
+def test_host_names_takes_a_dns_domain_or_none(tmp_path, domain):
+    rc, failed = _validate(tmp_path, "host_names", {"host_names_domain": domain}, alone=True)
+    assert not [t for t in failed if t["task"]["name"].endswith("Check host_names_domain before any change")]
