@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 
 #: Statements of the role's own fixed rules (templates/ncclprep.nft.j2): conntrack state, the
-#: loopback interface, ICMP. A rule made of these alone is not an allow rule to compare.
+#: loopback interface, ICMP, DHCPv6 replies. A rule made of these alone is not an allow rule to
+#: compare.
 _BASE_ICMP = {"icmp", "ipv6-icmp"}
+#: The DHCPv6 reply rule: from a link-local server or relay (udp 547) to the client (udp 546).
+_DHCPV6 = ("fe80::/10", 546, "udp")
 
 
 def _address(right) -> str | None:
@@ -28,6 +31,7 @@ def _rule(expr: list) -> dict:
     """One rule's statements as ``{from, port, proto, interface, verdict, base, other}``."""
     out = {"from": None, "port": None, "proto": "any", "interface": None, "verdict": None, "base": False,
            "other": []}
+    dhcpv6_sport = None
     for stmt in expr if isinstance(expr, list) else []:
         if not isinstance(stmt, dict):
             out["other"].append(stmt)
@@ -55,12 +59,19 @@ def _rule(expr: list) -> dict:
                 out["proto"] = "any"
             elif payload.get("field") == "saddr" and payload.get("protocol") in ("ip", "ip6"):
                 out["from"] = _address(right)
+            elif payload.get("field") == "sport" and payload.get("protocol") == "udp" and right == 547:
+                dhcpv6_sport = stmt
             elif payload.get("field") == "dport" and payload.get("protocol") in ("tcp", "udp", "th") \
                     and isinstance(right, int):
                 out["port"] = right
                 out["proto"] = "any" if payload["protocol"] == "th" else payload["protocol"]
             else:
                 out["other"].append(stmt)
+    if dhcpv6_sport is not None:
+        if (out["from"], out["port"], out["proto"]) == _DHCPV6 and not out["other"] and not out["interface"]:
+            out.update({"from": None, "port": None, "proto": "any", "base": True})
+        else:
+            out["other"].append(dhcpv6_sport)
     return out
 
 
