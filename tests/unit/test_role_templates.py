@@ -309,6 +309,24 @@ def test_the_launcher_check_refuses_with_the_reason(tmp_path):
             assert out.stdout.splitlines()[1].startswith("ran: ")
 
 
+def test_the_launcher_check_bounds_each_name_lookup(tmp_path):
+    """Review (low findings): --check ran getent with no timeout for every member, so a name that
+    the resolver cannot answer (DNS down, no /etc/hosts line) held the launch for its timeouts.
+    A getent that never answers is cut at 5 s and the name is named as not resolving."""
+    store, port = rendezvous_store("s3cret")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "getent").write_text("#!/bin/sh\nexec sleep 60\n")
+    (fake / "getent").chmod(0o755)
+    script, _ = launcher(tmp_path, "NCCL_SOCKET_IFNAME==lo\n", members={"localhost": {"address": "127.0.0.1"}})
+    env = {**os.environ, "NCCLPREP_RDZV_PORT": str(port), "NCCLPREP_RDZV_NONCE": "s3cret",
+           "PATH": f"{fake}:{os.environ['PATH']}"}
+    start = time.monotonic()
+    out = subprocess.run([str(script), "--check", "train.py"], capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2 and "localhost -> nothing (expected 127.0.0.1)" in out.stderr, out.stderr
+    assert time.monotonic() - start < 20
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
