@@ -86,11 +86,11 @@ ansible_facts:
           type: dict
 """
 
-import concurrent.futures
 import json
 import os
 import platform
 import socket
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -214,18 +214,31 @@ def resolve(entries: list, port: int, timeout: float) -> list:
 
     if not jobs:
         return []
+    # daemon threads, not a ThreadPoolExecutor: the interpreter joins an executor's threads at
+    # exit, so a getaddrinfo stuck in NSS (sssd, LDAP) kept the module alive past the deadline
+    done: dict[int, dict] = {}
+    todo = list(enumerate(jobs))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, job = todo.pop(0)
+            done[i] = one(job)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(32, len(jobs)))]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + timeout * 2 + 1
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
     rows = []
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(jobs)))
-    futures = {pool.submit(one, j): j for j in jobs}
-    done, pending = concurrent.futures.wait(futures, timeout=timeout * 2 + 1)
-    for fut, job in futures.items():
-        if fut in done:
-            rows.append(fut.result())
-        else:
-            rows.append({"host": job[0], "name": job[1], "expected": job[2], "addresses": [],
-                         "reachable": None, "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s",
-                         "retried": []})
-    pool.shutdown(wait=False)
+    for i, job in enumerate(jobs):
+        rows.append(done.get(i) or {
+            "host": job[0], "name": job[1], "expected": job[2], "addresses": [], "reachable": None,
+            "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s", "retried": []})
     return rows
 
 

@@ -62,3 +62,31 @@ def test_resolve_rows_carry_retried():
         rows = node_facts.resolve([{"host": "me", "names": ["localhost"], "address": "127.0.0.1"}],
                                   srv.getsockname()[1], timeout=2)
     assert [(r["name"], r["reachable"], r["retried"]) for r in rows] == [("localhost", True, [])]
+
+
+def test_a_look_up_stuck_in_the_resolver_does_not_keep_the_process_past_its_deadline():
+    """Review (low findings): the look-ups ran in a ThreadPoolExecutor, whose threads the
+    interpreter joins at exit, so a getaddrinfo stuck in NSS kept node_facts (and validate.yml)
+    running past the deadline: 4.15 s for a 0.5 s one in the review. A process that resolves
+    under a 0.5 s timeout with a getaddrinfo that hangs 20 s must end well before those 20 s."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    code = f"""
+import socket, sys, time
+sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
+from conftest import load_source
+nf = load_source("node_facts", "library/node_facts.py")
+socket.getaddrinfo = lambda *a, **k: time.sleep(20)
+rows = nf.resolve([{{"host": "h", "names": ["stuck.invalid"], "address": "10.0.0.1"}}], 9, 0.5)
+print(rows[0]["error"])
+"""
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    took = time.monotonic() - start
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "look-up did not finish within 2 s"
+    assert took < 10, took
