@@ -37,7 +37,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
 from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
 from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
 from ansible.module_utils.ncclprep.sysctl import HOST_GLOBAL, check_value, kernel_error, normalize  # noqa: E402
-from ansible.module_utils.ncclprep.sysctl import parse_trial  # noqa: E402
+from ansible.module_utils.ncclprep.sysctl import parse_trial, proc_path  # noqa: E402
 # isort: on
 
 
@@ -117,7 +117,12 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
     known = set(known) if known else None
     live, tried, _ = parse_trial(trial) if trial is not None else ({}, {}, None)
     errors = []
-    for key, value in sorted((settings or {}).items()):
+    for key, value in sorted((settings or {}).items(), key=lambda kv: str(kv[0])):
+        try:  # a dotted name of letters, digits, _ and -: a newline would end the drop-in's comment
+            proc_path(key)
+        except ValueError as exc:
+            errors.append(f"{host}: {exc}")
+            continue
         if known is not None and key not in known and key not in HOST_GLOBAL:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
             errors.append(f"{host}: {key}={value!r}: no such sysctl on this kernel"

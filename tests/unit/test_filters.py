@@ -68,6 +68,15 @@ def test_a_sysctl_this_kernel_does_not_have_is_named_with_the_closest_name():
                                        None, "node1", known) == []
 
 
+def test_a_sysctl_key_that_is_not_a_dotted_name_is_refused_even_without_the_kernel_s_names():
+    """Review (section 7): the key's form was checked only against ``sysctl -N -a``; when that
+    failed, a key with a newline went into the drop-in and ended its comment line."""
+    errs = F["ncclprep_sysctl_errors"]({"net.core.somaxconn\nkernel.x": 1, "net.core.somaxconn": 4096}, None, "n1",
+                                       None)
+    assert errs == ["n1: not a sysctl key: 'net.core.somaxconn\\nkernel.x' (expected dotted name like "
+                    "net.core.somaxconn)"]
+
+
 def test_nccl_env_check_names_the_host():
     out = F["ncclprep_nccl_env_check"]({"NCCL_SOCKET_IFNAM": "=eth0", "NCCL_ASYNC_ERROR_HANDLING": "1"},
                                        ["lo", "eth0"], "node2")

@@ -66,3 +66,17 @@ def test_host_names_refuses_a_domain_that_is_not_one(tmp_path, domain):
 def test_host_names_takes_a_dns_domain_or_none(tmp_path, domain):
     rc, failed = _validate(tmp_path, "host_names", {"host_names_domain": domain}, alone=True)
     assert not [t for t in failed if t["task"]["name"].endswith("Check host_names_domain before any change")]
+
+
+@pytest.mark.parametrize("role, extra, task, message", [
+    ("nic_mtu", {"nic_mtu_probe_timeout": 0}, "Check nic_mtu_probe_timeout",
+     "fake1: nic_mtu_probe_timeout=0: seconds one path-MTU probe waits for its answer, at least 1"),
+    ("rps_rfs", {"rps_rfs_flow_cnt": -1}, "Check rps_rfs_flow_cnt",
+     "fake1: rps_rfs_flow_cnt=-1: null (the RFS table size over the rx queues) or a count of flow entries per "
+     "rx queue, 0 or more"),
+])
+def test_a_count_or_timeout_below_its_floor_is_refused_first(tmp_path, role, extra, task, message):
+    """Review (low findings, section 7): these reached the nodes unchecked."""
+    rc, failed = _validate(tmp_path, role, extra, alone=True)
+    assert rc == 2 and len(failed) == 1 and failed[0]["task"]["name"].endswith(task), failed
+    assert " ".join(failed[0]["hosts"]["fake1"]["msg"].split()) == message
