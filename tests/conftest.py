@@ -12,6 +12,16 @@ import sys
 
 import pytest
 
+# torch._dynamo (imported lazily, e.g. by the first torch.optim optimizer) registers a polyfill
+# for sys.intern and refuses anything but the builtin; importing ansible.module_utils.basic
+# replaces sys.intern with a patch object (ansible.module_utils._internal._patches). Once a
+# test in this process has imported Ansible's module code, an optimizer built in-process fails
+# with "substitute_in_graph expects a function". Import it first, while sys.intern is builtin.
+try:
+    import torch._dynamo  # noqa: F401
+except ImportError:  # the quick tier without torch
+    pass
+
 import ncclprep  # noqa: F401  (extends ansible.module_utils.__path__)
 
 REPO = ncclprep.REPO_ROOT
