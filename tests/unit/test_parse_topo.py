@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from ansible.module_utils.ncclprep.parsers.topo import (
     P2P_STATUS,
@@ -169,3 +171,30 @@ def test_p2p_parser_reads_nothing_from_a_topo_m_matrix_or_empty_text(case):
     assert extra["unparsed"] == [" GPU0\tX\tOK\tOK", " GPU7\tOK"] and extra["truncated"] is False
     with pytest.raises(ValueError, match="capability 'x'"):
         parse_topo_p2p("", "x")
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "topo")
+
+
+def fixture(name: str) -> str:
+    with open(os.path.join(FIXTURES, name), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def test_h200_with_an_underlined_header_reads_its_one_gpu():
+    """nvidia-smi 580 on an H200, piped: the header row wrapped in ESC[4m .. ESC[0m. Read as it
+    was, the header's first cell was '\\x1b[4mGPU0' and nothing was parsed (found on a GPU machine)."""
+    parsed = parse_topo(fixture("h200-1gpu-underlined-header.txt"))
+    assert parsed["columns"] == ["GPU0"] and parsed["affinity_columns"] == list(
+        ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID"))
+    assert (parsed["announced_gpus"], parsed["announced_nics"], parsed["truncated"]) == (1, 0, False)
+    assert parsed["gpus"] == {"GPU0": {"links": {"GPU0": "X"}, "cpu_affinity": "0-15", "cpus": list(range(16)),
+                                       "numa_affinity": 0, "gpu_numa_id": None}}
+    assert parsed["nics"] == {} and len(parsed["legend"]) == 7 and parsed["unparsed"] == []
+    assert diagnose_topo(parsed, "gpu1") == []
+
+
+def test_h200_p2p_read_matrix_with_an_underlined_header():
+    parsed = parse_topo_p2p(fixture("h200-1gpu-p2p-r.txt"), "r")
+    assert parsed["gpus"] == ["GPU0"] and parsed["matrix"] == {"GPU0": {"GPU0": "X"}}
+    assert parsed["truncated"] is False and parsed["unparsed"] == [] and len(parsed["legend"]) == 7

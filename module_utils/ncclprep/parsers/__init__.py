@@ -30,9 +30,20 @@ Where each parser reads live nodes or logs:
 
 from __future__ import annotations
 
+import re
+
 SEVERITIES = ("FAIL", "WARN", "INFO")
 #: The eight 802.1p priorities of a priority map (PFC, ECN): ``{prio (int 0..7): bool | None}``.
 PRIORITIES = tuple(range(8))
+#: An ANSI/ECMA-48 control sequence (CSI: ESC ``[`` parameters, one final letter), such as the
+#: underline (``ESC[4m`` .. ``ESC[0m``) that nvidia-smi 580 prints around ``topo``'s header row
+#: even into a pipe.
+_CSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI control sequences (colour, underline); the rest unchanged."""
+    return _CSI_RE.sub("", text)
 
 
 def finding(fid: str, severity: str, subject: str, message: str, remediation: str = "",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist
-from ansible.module_utils.ncclprep.parsers import finding
+from ansible.module_utils.ncclprep.parsers import finding, strip_ansi
 
 _AFFINITY_HEADERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _DEVICE_RE = re.compile(r"^(GPU\d+|NIC\d+|[a-z][\w.-]*\d)$")  # older drivers name NIC columns mlx5_0
@@ -51,12 +51,13 @@ def parse_topo(text: str) -> dict:
     "cpus": [int] | None, "numa_affinity": int | None, "gpu_numa_id": int | None}}, "nics": {name:
     {"links": {...}}}, "nic_names": {"NIC0": "mlx5_0"}, "legend": {code: meaning}, "announced_gpus": int,
     "announced_nics": int, "truncated": bool, "unparsed": [lines]}``. ``N/A`` affinities are None.
-    ``truncated`` is True when fewer device rows than header columns were read. Never raises.
+    ``truncated`` is True when fewer device rows than header columns were read. ANSI control
+    sequences (nvidia-smi 580 underlines the header) are dropped first. Never raises.
     """
     out: dict = {"columns": [], "affinity_columns": [], "gpus": {}, "nics": {}, "nic_names": {}, "legend": {},
                  "announced_gpus": 0, "announced_nics": 0, "truncated": False, "unparsed": []}
     section = "matrix"
-    for line in text.splitlines():
+    for line in strip_ansi(text).splitlines():
         stripped = line.strip()
         if not stripped:
             continue
@@ -182,14 +183,14 @@ def parse_topo_p2p(text: str, capability: str | None = None) -> dict:
     explains. A row cut short or holding a cell that is no code keeps the cells read before that
     point and is also returned unparsed (so is a row with more cells than columns, its columns
     read); ``truncated`` is True when a row was cut short or fewer rows than header columns were
-    read. Tab- or space-separated alike. Never raises on text;
+    read. Tab- or space-separated alike, ANSI control sequences dropped. Never raises on text;
     ValueError for a ``capability`` not in P2P_CAPABILITIES.
     """
     if capability is not None and capability not in P2P_CAPABILITIES:
         raise ValueError(f"capability {capability!r} not one of {sorted(P2P_CAPABILITIES)}")
     out: dict = {"capability": capability, "gpus": [], "matrix": {}, "legend": {}, "truncated": False,
                  "unparsed": []}
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in strip_ansi(text).splitlines() if line.strip()]
     in_legend = False
     for line in lines:  # first the legend: the codes a row may hold
         stripped = line.strip()

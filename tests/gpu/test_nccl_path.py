@@ -1,0 +1,131 @@
+"""The NCCL path on a machine with an NVIDIA GPU: what CI (no GPU) cannot run.
+
+Skipped without CUDA. Run on a GPU machine with ``python -m pytest tests/gpu`` (the README's
+developer section); set NCCLPREP_GPU_OUT to a folder to keep the tool output read there (a
+real ``nvidia-smi topo -m`` for the parser tests).
+
+- library/nccl_probe.py run as Ansible runs it, backend auto, world size 1, under the run token:
+  it picks nccl, its forked rank runs every op correctly on the GPU, NCCL's version reported.
+- The sealed store (netutil.signed_store, review F9) under ProcessGroupNCCL: every key torch
+  writes through it is sealed with the run token and refused under another.
+- node_facts' GPU readings (hostinfo.gpu_topology): ``nvidia-smi topo -m`` read and parsed
+  without an error, every GPU of torch's count in the matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+# A spawned child does not run conftest: import ncclprep first so module_utils is importable.
+# isort: off
+import ncclprep  # noqa: F401
+from ansible.module_utils.ncclprep import hostinfo
+from ansible.module_utils.ncclprep.netutil import StoreTampered, bound_tcp_store, signed_store, unseal
+# isort: on
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not (shutil.which("nvidia-smi") and torch.cuda.is_available()),
+                                reason="needs an NVIDIA GPU with its driver (CI has none)")
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+TOKEN = "a" * 64
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keep(name: str, text: str) -> None:
+    """Write ``text`` to $NCCLPREP_GPU_OUT/name when that folder is set."""
+    folder = os.environ.get("NCCLPREP_GPU_OUT")
+    if folder:
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+
+def test_nccl_probe_picks_nccl_and_every_op_is_correct_on_the_gpu(tmp_path):
+    """library/nccl_probe.py as Ansible runs it (AnsibleModule, backend auto, ranks forked by the
+    deadline runner), world size 1, under a run token."""
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+        "rank": 0, "hosts": ["gpu1"], "master_addr": "127.0.0.1", "master_port": free_port(), "ops": OPS,
+        "sizes": [4096, 1 << 20, 64 << 20], "iters": 5, "timeout": 120, "join_timeout": 30, "token": TOKEN,
+        "local_ranks": [1]}}))
+    boot = ("import runpy, sys, ncclprep; path = sys.argv[1]; sys.argv = [path, sys.argv[2]]; "
+            "runpy.run_path(path, run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", boot, os.path.join(REPO, "library", "nccl_probe.py"), str(args)],
+                         capture_output=True, text=True, timeout=240)
+    keep("nccl_probe.json", out.stdout + "\n" + out.stderr[-5000:])
+    assert out.stdout.strip(), out.stderr[-3000:]
+    result = json.loads(out.stdout[out.stdout.index("{"):])
+    probe = result.get("probe") or {}
+    assert not result.get("failed") and probe.get("backend") == "nccl", result
+    assert probe["status"] == "PASS", probe
+    assert probe["nccl_version"] == ".".join(str(x) for x in torch.cuda.nccl.version())
+    rows = [r for r in probe["results"] if "skipped" not in r]
+    assert {r["op"] for r in rows} == set(OPS), probe["results"]
+    assert all(r["wrong"] == 0 and r["algbw_gbps"] > 0 for r in rows), rows
+
+
+def _sealed_keys(port: int, queue) -> None:
+    """In a child: the group over a recording sealed store, one all_reduce on the GPU; put the
+    keys torch wrote and their raw values on ``queue``."""
+    import torch.distributed as dist
+
+    store, _sock = bound_tcp_store(dist, 0, 1, "127.0.0.1", port, 30)
+    written = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def set(self, key, value):
+            written.append(key)
+            return store.set(key, value)
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", store=signed_store(dist, Recording(), TOKEN), rank=0, world_size=1,
+                            device_id=torch.device("cuda", 0))
+    t = torch.ones(1024, device="cuda")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    queue.put({"ok": bool((t == 1).all()), "raw": {k: store.get(k) for k in written}})
+    dist.destroy_process_group()
+
+
+def test_every_key_torch_writes_under_nccl_is_sealed_with_the_run_token():
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_sealed_keys, args=(free_port(), queue))
+    proc.start()
+    got = queue.get(timeout=120)
+    proc.join(30)
+    assert got["ok"] and got["raw"], got
+    for key, raw in got["raw"].items():
+        assert unseal(TOKEN, key, raw) is not None
+        with pytest.raises(StoreTampered):
+            unseal("b" * 64, key, raw)
+    keep("sealed_keys.txt", "\n".join(sorted(got["raw"])) + "\n")
+
+
+def test_gpu_topology_is_read_and_every_gpu_is_in_the_matrix():
+    reading = hostinfo.gpu_topology(hostinfo.subprocess_runner, shutil.which, 30)
+    assert reading is not None and reading["error"] is None, reading
+    rc, text, err = hostinfo.subprocess_runner(["nvidia-smi", "topo", "-m"], 30)
+    keep("nvidia-smi-topo-m.txt", text)
+    data = reading["data"]
+    assert len(data["gpus"]) == data["announced_gpus"] == torch.cuda.device_count(), data
+    assert not data["truncated"], data
+    # every GPU row has the CPUs it is close to (the NUMA map's source, numa.py)
+    assert all(row["cpus"] for row in data["gpus"].values()), data["gpus"]
