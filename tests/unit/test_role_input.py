@@ -80,3 +80,23 @@ def test_a_count_or_timeout_below_its_floor_is_refused_first(tmp_path, role, ext
     rc, failed = _validate(tmp_path, role, extra, alone=True)
     assert rc == 2 and len(failed) == 1 and failed[0]["task"]["name"].endswith(task), failed
     assert " ".join(failed[0]["hosts"]["fake1"]["msg"].split()) == message
+
+
+@pytest.mark.parametrize("extra, shown", [
+    ({"torch_runtime_index_url": "http://203.0.113.9/simple"}, '"http://203.0.113.9/simple"'),
+    ({"torch_runtime_index_url": "https://203.0.113.9/simple --trusted-host 203.0.113.9"},
+     '"https://203.0.113.9/simple --trusted-host 203.0.113.9"'),
+    ({"torch_runtime_install_timeout": 0}, "null"),
+])
+def test_torch_runtime_refuses_a_plain_http_index_and_a_deadline_too_short(tmp_path, extra, shown):
+    """Review (low findings): the index URL took http:// (root installs what any network in the
+    path serves) and white space (more pip options); pip had no deadline."""
+    rc, failed = _validate(tmp_path, "torch_runtime", extra)
+    assert rc == 2 and len(failed) == 1, failed
+    msg = " ".join(failed[0]["hosts"]["fake1"]["msg"].split())
+    assert msg.startswith(f"fake1: torch_runtime_index_url={shown} must be null or an https:// or file:/// URL"), msg
+
+
+def test_torch_runtime_takes_an_https_or_file_index(tmp_path):
+    for url in ("https://pypi.internal.example/simple", "file:///srv/wheels/simple"):
+        assert _validate(tmp_path, "torch_runtime", {"torch_runtime_index_url": url}) == (0, [])
