@@ -321,7 +321,7 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
     assert dests["firewall"] == [("file", "{{ firewall_nftables_file }}"), ("lines", "{{ firewall_nftables_conf }}")]
     assert [d for _, d in dests["numa_pinning"]] == [
         "{{ numa_pinning_map_file }}", "{{ numa_pinning_map_json }}", "{{ numa_pinning_bind_command }}",
-        "{{ numa_pinning_irq_script }}", "{{ boot_unit_systemd_dir | default('/etc/systemd/system') }}/"
+        "{{ numa_pinning_irqbalance_policy }}", "{{ numa_pinning_irq_script }}", "{{ boot_unit_systemd_dir | default('/etc/systemd/system') }}/"
                                          "{{ numa_pinning_irq_unit }}"]
     # Every task of a role that writes a file loops over its manifest; these write what no
     # manifest can render on the controller, each for its reason.
@@ -456,6 +456,7 @@ def harness(tmp_path, provision: bool, **fact_args) -> dict:
         "numa_pinning_map_file": out / "numa-binding", "numa_pinning_map_json": out / "numa-binding.json",
         "numa_pinning_bind_command": out / "ncclprep-numa-bind",
         "numa_pinning_irq_script": out / "ncclprep-irq-affinity",
+        "numa_pinning_irqbalance_policy": out / "ncclprep-irqbalance-policy",
         "numa_pinning_irqbalance_defaults": out / "irqbalance", "roce_qos_script": out / "ncclprep-roce-qos",
         "firewall_nftables_file": out / "ncclprep.nft", "firewall_nftables_conf": out / "nftables.conf",
         "boot_unit_systemd_dir": out / "systemd",
@@ -520,6 +521,7 @@ def test_every_file_the_roles_wrote_is_as_validate_yml_renders_it(provisioned):
         "numa-binding.json": ("numa_pinning", "copy", "ok"),
         "ncclprep-numa-bind": ("numa_pinning", "file", "ok"),
         "ncclprep-irq-affinity": ("numa_pinning", "copy", "ok"),
+        "ncclprep-irqbalance-policy": ("numa_pinning", "file", "ok"),
         "systemd/ncclprep-irq-affinity.service": ("numa_pinning", "file", "ok"),
         "60-ncclprep.conf": ("ssh_trust", "file", "ok"),
         "ssh_known_hosts": ("ssh_trust", "lines", "ok"),

@@ -105,6 +105,34 @@ def test_numa_bind_wrapper_runs_each_local_rank_on_its_cpus(tmp_path, rank):
     assert given == ("" if rank == "5" else "7")
 
 
+def test_irqbalance_policy_bans_every_irq_of_the_nics_device_whatever_its_number(tmp_path):
+    """Review (low findings): IRQBALANCE_ARGS held --banirq=<the IRQ numbers of the day>; a boot that
+    renumbers them let irqbalance move the NIC's IRQs and ban others. irqbalance now asks the policy
+    script per IRQ with the owning device's sysfs path: the NIC's device is banned by path."""
+    policy = tmp_path / "ncclprep-irqbalance-policy"
+    policy.write_text(render("numa_pinning", "ncclprep-irqbalance-policy.sh.j2", tmp_path,
+                             numa_pinning_irqbalance_defaults="/etc/default/irqbalance",
+                             numa_pinning_intent={"irq": {"interface": "eth-0;x"}}))
+    policy.chmod(0o755)
+    sysfs = tmp_path / "sys"
+    nic, other = sysfs / "devices" / "pci0000:00" / "0000:01:00.0", sysfs / "devices" / "pci0000:00" / "0000:02:00.0"
+    for dev in (nic, other):
+        dev.mkdir(parents=True)
+    (sysfs / "class" / "net" / "eth-0;x").mkdir(parents=True)
+    os.symlink("../../../devices/pci0000:00/0000:01:00.0", sysfs / "class" / "net" / "eth-0;x" / "device")
+
+    def ask(devpath, irq):
+        out = subprocess.run([str(policy), str(devpath), irq], env={**os.environ, "SYSFS": str(sysfs)},
+                             capture_output=True, text=True, timeout=10)
+        return out.returncode, out.stdout
+
+    assert ask(nic, "77") == (0, "ban=true\n")  # any number: the device decides
+    assert ask(sysfs / "devices" / "pci0000:00" / ".." / "pci0000:00" / "0000:01:00.0", "140") == (0, "ban=true\n")
+    assert ask(other, "78") == (0, "")  # another device's IRQ is balanced as before
+    os.unlink(sysfs / "class" / "net" / "eth-0;x" / "device")  # the NIC gone: nothing banned, still exit 0
+    assert ask(nic, "77") == (0, "")
+
+
 def test_numa_bind_wrapper_counts_the_cpus_of_a_list_with_ranges(tmp_path):
     wrapper = tmp_path / "ncclprep-numa-bind"
     wrapper.write_text(render("numa_pinning", "ncclprep-numa-bind.sh.j2", tmp_path,
