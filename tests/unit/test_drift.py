@@ -321,8 +321,8 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
     assert dests["firewall"] == [("file", "{{ firewall_nftables_file }}"), ("lines", "{{ firewall_nftables_conf }}")]
     assert [d for _, d in dests["numa_pinning"]] == [
         "{{ numa_pinning_map_file }}", "{{ numa_pinning_map_json }}", "{{ numa_pinning_bind_command }}",
-        "{{ numa_pinning_irqbalance_policy }}", "{{ numa_pinning_irq_script }}", "{{ boot_unit_systemd_dir | default('/etc/systemd/system') }}/"
-                                         "{{ numa_pinning_irq_unit }}"]
+        "{{ numa_pinning_irqbalance_policy }}", "{{ numa_pinning_irq_script }}",
+        "{{ boot_unit_systemd_dir | default('/etc/systemd/system') }}/{{ numa_pinning_irq_unit }}"]
     # Every task of a role that writes a file loops over its manifest; these write what no
     # manifest can render on the controller, each for its reason.
     unlisted = {
