@@ -10,6 +10,8 @@ real ``nvidia-smi topo -m`` for the parser tests).
   writes through it is sealed with the run token and refused under another.
 - node_facts' GPU readings (hostinfo.gpu_topology): ``nvidia-smi topo -m`` read and parsed
   without an error, every GPU of torch's count in the matrix.
+- The template training job (the smoke job validate.yml runs) under torchrun on the GPU: DDP
+  with a checkpoint and its resume, the PowerSGD hook, FSDP; NCCL chosen, ranks identical.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pytest
 # A spawned child does not run conftest: import ncclprep first so module_utils is importable.
 # isort: off
 import ncclprep  # noqa: F401
-from ansible.module_utils.ncclprep import hostinfo
+from ansible.module_utils.ncclprep import ddp_smoke, hostinfo
 from ansible.module_utils.ncclprep.netutil import StoreTampered, bound_tcp_store, signed_store, unseal
 # isort: on
 from conftest import REPO
@@ -129,3 +131,25 @@ def test_gpu_topology_is_read_and_every_gpu_is_in_the_matrix():
     assert not data["truncated"], data
     # every GPU row has the CPUs it is close to (the NUMA map's source, numa.py)
     assert all(row["cpus"] for row in data["gpus"].values()), data["gpus"]
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(("--checkpoint-dir", "{ckpt}"), id="ddp-checkpoint"),
+    pytest.param(("--powersgd-rank", "1"), id="powersgd"),
+    pytest.param(("--fsdp",), id="fsdp"),
+])
+def test_the_template_job_trains_on_the_gpu_over_nccl(tmp_path, args):
+    script = os.path.join(REPO, "roles", "nccl_env", "files", "ncclprep_train.py")
+    argv = [a.format(ckpt=tmp_path / "ckpt") for a in args]
+    runs = []
+    for _ in range(2 if "--checkpoint-dir" in args else 1):  # the second run resumes from the checkpoint
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+                              script, "--steps", "3", *argv], capture_output=True, text=True, timeout=240,
+                             cwd=tmp_path, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        result = ddp_smoke.read_result(out.stdout, out.returncode, 240, 1.0, "gpu1")
+        keep(f"train-{args[0].strip('-')}-{len(runs)}.txt", out.stdout[-4000:] + out.stderr[-4000:])
+        assert result["status"] == "PASS", (result, out.stderr[-3000:])
+        runs.append(result["workers"][0])
+    assert all(w["backend"] == "nccl" and w["params_identical"] is True for w in runs), runs
+    if len(runs) == 2:  # 3 steps saved, then resumed there
+        assert (runs[0]["resumed_from_step"], runs[1]["resumed_from_step"]) == (0, 3), runs
