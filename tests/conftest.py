@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import sys
 
 import pytest
@@ -31,6 +32,23 @@ CASES = os.environ.get("NCCLPREP_CASES", os.path.join(os.path.dirname(REPO), "sh
 BIN = os.path.dirname(sys.executable)
 ANSIBLE_JSON_ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
                         ANSIBLE_LOAD_CALLBACK_PLUGINS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+
+
+#: Tool output and files the tests read (tests/fixtures/<topic>/, each folder's README says where from).
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+
+
+def read_fixture(relpath: str) -> str:
+    """The text of tests/fixtures/<relpath>. Raises FileNotFoundError when it is not there."""
+    with open(os.path.join(FIXTURES, relpath), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def load_source(name: str, relpath: str):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -31,19 +30,13 @@ import ncclprep  # noqa: F401
 from ansible.module_utils.ncclprep import ddp_smoke, hostinfo
 from ansible.module_utils.ncclprep.netutil import StoreTampered, bound_tcp_store, signed_store, unseal
 # isort: on
-from conftest import REPO
+from conftest import REPO, free_port
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not (shutil.which("nvidia-smi") and torch.cuda.is_available()),
                                 reason="needs an NVIDIA GPU with its driver (CI has none)")
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
 TOKEN = "a" * 64
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def keep(name: str, text: str) -> None:
@@ -122,10 +115,16 @@ def test_every_key_torch_writes_under_nccl_is_sealed_with_the_run_token():
 
 
 def test_gpu_topology_is_read_and_every_gpu_is_in_the_matrix():
-    reading = hostinfo.gpu_topology(hostinfo.subprocess_runner, shutil.which, 30)
+    outputs = {}
+
+    def runner(argv, timeout):  # the module's runner, keeping what nvidia-smi printed
+        rc, out, err = hostinfo.subprocess_runner(argv, timeout)
+        outputs[" ".join(argv[1:])] = out
+        return rc, out, err
+
+    reading = hostinfo.gpu_topology(runner, shutil.which, 30)
+    keep("nvidia-smi-topo-m.txt", outputs.get("topo -m", ""))
     assert reading is not None and reading["error"] is None, reading
-    rc, text, err = hostinfo.subprocess_runner(["nvidia-smi", "topo", "-m"], 30)
-    keep("nvidia-smi-topo-m.txt", text)
     data = reading["data"]
     assert len(data["gpus"]) == data["announced_gpus"] == torch.cuda.device_count(), data
     assert not data["truncated"], data

@@ -7,15 +7,9 @@ from __future__ import annotations
 import socket
 import threading
 
-from conftest import load_source
+from conftest import free_port, load_source
 
 node_facts = load_source("node_facts", "library/node_facts.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_listening_port_answers_on_the_first_try():

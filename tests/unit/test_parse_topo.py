@@ -1,5 +1,3 @@
-import os
-
 import pytest
 from ansible.module_utils.ncclprep.parsers.topo import (
     P2P_STATUS,
@@ -9,6 +7,7 @@ from ansible.module_utils.ncclprep.parsers.topo import (
     parse_topo,
     parse_topo_p2p,
 )
+from conftest import read_fixture
 
 
 def test_3gpu_nvlink_bridge_2nic_reading(case):
@@ -173,18 +172,10 @@ def test_p2p_parser_reads_nothing_from_a_topo_m_matrix_or_empty_text(case):
         parse_topo_p2p("", "x")
 
 
-FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "topo")
-
-
-def fixture(name: str) -> str:
-    with open(os.path.join(FIXTURES, name), encoding="utf-8") as fh:
-        return fh.read()
-
-
 def test_h200_with_an_underlined_header_reads_its_one_gpu():
     """nvidia-smi 580 on an H200, piped: the header row wrapped in ESC[4m .. ESC[0m. Read as it
     was, the header's first cell was '\\x1b[4mGPU0' and nothing was parsed (found on a GPU machine)."""
-    parsed = parse_topo(fixture("h200-1gpu-underlined-header.txt"))
+    parsed = parse_topo(read_fixture("topo/h200-1gpu-underlined-header.txt"))
     assert parsed["columns"] == ["GPU0"] and parsed["affinity_columns"] == list(
         ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID"))
     assert (parsed["announced_gpus"], parsed["announced_nics"], parsed["truncated"]) == (1, 0, False)
@@ -195,6 +186,6 @@ def test_h200_with_an_underlined_header_reads_its_one_gpu():
 
 
 def test_h200_p2p_read_matrix_with_an_underlined_header():
-    parsed = parse_topo_p2p(fixture("h200-1gpu-p2p-r.txt"), "r")
+    parsed = parse_topo_p2p(read_fixture("topo/h200-1gpu-p2p-r.txt"), "r")
     assert parsed["gpus"] == ["GPU0"] and parsed["matrix"] == {"GPU0": {"GPU0": "X"}}
     assert parsed["truncated"] is False and parsed["unparsed"] == [] and len(parsed["legend"]) == 7

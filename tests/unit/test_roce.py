@@ -33,6 +33,7 @@ from ansible.module_utils.ncclprep.roce import (
     show_commands,
     unmanaged,
 )
+from conftest import read_fixture
 
 import ncclprep
 
@@ -45,8 +46,7 @@ DESIRED = {"pfc_priority": 3, "trust": "dscp", "ecn": True}
 
 
 def fixture(name: str) -> str:
-    with open(os.path.join(FIXTURES, name), encoding="utf-8") as fh:
-        return fh.read()
+    return read_fixture(os.path.join("roce", name))
 
 
 def write(path, text: str) -> None:

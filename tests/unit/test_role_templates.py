@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import load_source
+from conftest import free_port, load_source
 
 import ncclprep
 
@@ -353,12 +353,6 @@ def test_the_launcher_check_bounds_each_name_lookup(tmp_path):
     out = subprocess.run([str(script), "--check", "train.py"], capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode == 2 and "localhost -> nothing (expected 127.0.0.1)" in out.stderr, out.stderr
     assert time.monotonic() - start < 20
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 LOCAL = {"localhost": {"address": "127.0.0.1"}, "node2": {"address": "127.0.0.1"}}
