@@ -464,3 +464,31 @@ def test_the_debug_launch_adds_the_debug_variables_with_its_log_folder(tmp_path)
     real = subprocess.run([str(script), "--debug", "train.py"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "NCCLPREP_DEBUG_DIR": str(logs), "NCCLPREP_RDZV_ID": "dbg"})
     assert real.returncode == 0 and (logs / "torchrun").is_dir()
+
+
+def test_the_debug_settings_never_wait_on_addr2line_for_a_caught_exception(tmp_path):
+    """CI (stop 31): a --debug launch printed "symbolizing C++ stack trace for exception; if this
+    hangs, rerun with TORCH_DISABLE_ADDR2LINE=1" and did not finish in 240 s. With
+    TORCH_SHOW_CPP_STACKTRACES=1 torch symbolizes every C++ exception when it is thrown, caught or
+    not (pytorch PR 113207), and its default symbolizer runs addr2line, which spent ~150 s parsing
+    the DWARF of some libraries (pytorch PR 195800). The role's debug settings must name a
+    symbolizer that starts no process: here addr2line is one that never returns."""
+    import yaml
+    defaults = yaml.safe_load(open(os.path.join(ROLES, "nccl_env", "defaults", "main.yml")))
+    debug = {k: str(v).replace("{dir}", str(tmp_path)) for k, v in defaults["nccl_env_debug_settings"].items()
+             if v is not None}
+    assert debug.get("TORCH_SHOW_CPP_STACKTRACES") == "1"  # what makes the symbolizer run at all
+    hang = tmp_path / "addr2line"
+    hang.write_text("#!/bin/sh\nexec sleep 600\n")
+    hang.chmod(0o755)
+    code = ("import torch\n"
+            "try:\n    torch.zeros(2) + torch.zeros(3)\nexcept RuntimeError as e:\n    print('caught', 'size' in str(e))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **debug, "TORCH_ADDR2LINE_BINARY": str(hang)}, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=90)  # ~3 s here; an addr2line call never returns
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)  # torch and the addr2line it started
+        proc.communicate()
+        pytest.fail("a caught C++ exception waited on addr2line for 90 s under the debug settings")
+    assert (proc.returncode, stdout) == (0, "caught True\n"), stderr
