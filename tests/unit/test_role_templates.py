@@ -482,7 +482,8 @@ def test_the_debug_settings_never_wait_on_addr2line_for_a_caught_exception(tmp_p
     hang.write_text("#!/bin/sh\nexec sleep 600\n")
     hang.chmod(0o755)
     code = ("import torch\n"
-            "try:\n    torch.zeros(2) + torch.zeros(3)\nexcept RuntimeError as e:\n    print('caught', 'size' in str(e))\n")
+            "try:\n    torch.zeros(2) + torch.zeros(3)\n"
+            "except RuntimeError as e:\n    print('caught', 'size' in str(e))\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **debug, "TORCH_ADDR2LINE_BINARY": str(hang)}, start_new_session=True)
     try:
