@@ -1,7 +1,7 @@
 """Shared test setup: makes ``ansible.module_utils.ncclprep`` importable on the controller.
 
 Importing the ``ncclprep`` package is the one arrangement the CLI and the filter
-plugins use too (see src/ncclprep/__init__.py and the README's developer section).
+plugins use too (see src/ncclprep/__init__.py and docs/layout.md, Imports).
 """
 
 from __future__ import annotations

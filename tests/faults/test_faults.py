@@ -14,7 +14,7 @@ inventory's thresholds to a margin over it. test_join_and_partial_failure.py and
 test_node_loss.py follow on the same cluster (a node joins; node3 frozen, then stopped).
 
 Each run's duration is the fault's detection time, recorded for scripts/test.sh's table and
-the README's "What validate catches".
+docs/faults.md.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Fault:
     holds, and the extra arguments of its validate run."""
 
     id: str
-    catches: str  # what the fault is, in the README's words
+    catches: str  # what the fault is, in docs/faults.md's words
     inject: dict[str, str]
     undo: dict[str, str]
     bad: dict[str, list[str]]

@@ -1,7 +1,7 @@
 """The NCCL path on a machine with an NVIDIA GPU: what CI (no GPU) cannot run.
 
-Skipped without CUDA. Run on a GPU machine with ``python -m pytest tests/gpu`` (the README's
-developer section); set NCCLPREP_GPU_OUT to a folder to keep the tool output read there (a
+Skipped without CUDA. Run on a GPU machine with ``python -m pytest tests/gpu`` (docs/testing.md,
+Iterating); set NCCLPREP_GPU_OUT to a folder to keep the tool output read there (a
 real ``nvidia-smi topo -m`` for the parser tests).
 
 - library/nccl_probe.py run as Ansible runs it, backend auto, world size 1, under the run token:
