@@ -32,6 +32,7 @@ from ansible.module_utils.ncclprep.numa import irqs_off, numa_intent  # noqa: E4
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
     iface_for_cidr,
+    ifname_problem,
     parse_cidr,
 )
 from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
@@ -79,6 +80,10 @@ def data_plane(facts: dict, cidr: str, interface: str | None = None, host: str =
                 f"{host}: no interface has an address in data_plane_cidr={cidr!r} ({listing})"
             )
     name, address = found
+    problem = ifname_problem(name)
+    if problem:
+        raise AnsibleFilterError(f"{host}: data-plane interface {name!r}: {problem}; rename the interface "
+                                 "(a udev rule or netplan set-name)")
     info = facts.get(name.replace("-", "_"), {}) or {}
     return {
         "interface": name,
@@ -329,7 +334,7 @@ def numa_pinning_intent(facts: dict, nproc=None, interface=None, cpus=None, host
     except (ValueError, TypeError) as exc:
         raise AnsibleFilterError(
             f"{host}: {exc} (from numa_pinning_nproc_per_node={nproc!r}, numa_pinning_irq_cpus={cpus!r}, "
-            f"numa_pinning_interface={interface!r})") from None
+            f"the data-plane interface {interface!r})") from None
 
 
 def irqs_to_pin(irq: dict | None, current: dict | None) -> list:

@@ -11,7 +11,14 @@ import datetime
 import hashlib
 import hmac
 import ipaddress
+import re
 import socket
+
+#: A netdev name ncclprep writes into root scripts, systemd units and netplan: 1 to 15 (the
+#: kernel's IFNAMSIZ less its NUL) of ASCII letters, digits, '_', '.' and '-', not starting with
+#: '.' or '-'. The kernel also takes ';$()|&%' and more (only '/', ':' and white space are
+#: refused, dev_valid_name), which a shell or systemd's '%' specifiers would act on.
+SAFE_IFNAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")
 
 
 def parse_cidr(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -23,6 +30,15 @@ def parse_cidr(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
         return ipaddress.ip_network(str(cidr), strict=False)
     except ValueError as exc:
         raise ValueError(f"not a CIDR: {cidr!r} ({exc})") from None
+
+
+def ifname_problem(name: object) -> str | None:
+    """Why ``name`` may not be written into a script, a unit or netplan (``SAFE_IFNAME_RE``), or
+    None when it may."""
+    if isinstance(name, str) and SAFE_IFNAME_RE.match(name):
+        return None
+    return ("ncclprep writes its name into root scripts, unit files and netplan, and takes only 1 to 15 of "
+            "A-Z a-z 0-9 _ . - (not starting with . or -)")
 
 
 def iface_for_cidr(addresses: dict[str, list[str]], cidr: str) -> tuple[str, str] | None:

@@ -258,10 +258,11 @@ BAD_INPUT = [
      "node1: net.ipv4.tcp_congestion_control='brr': congestion control 'brr' is not offered"),
     ("data_plane_cidr=10.99.0.0/24", "node2: no interface has an address in data_plane_cidr='10.99.0.0/24'"),
     ("nic_mtu_value=70000",
-     "node1: nic_mtu_value=70000 on nic_mtu_interface=eth0: outside the range the interface accepts, 68..65535"),
+     "node1: nic_mtu_value=70000 on the data-plane interface eth0: outside the range the interface accepts, "
+     "68..65535"),
     ('{"nccl_env_overrides": {"NCCL_SOCKET_IFNAM": "=eth0"}}',
      "node3: NCCL_SOCKET_IFNAM==eth0: unknown NCCL variable; did you mean NCCL_SOCKET_IFNAME?"),
-    ("nic_mtu_interface=eth9", "node2: nic_mtu_value=4096 on nic_mtu_interface=eth9: the interface does not exist"),
+    ("data_plane_interface=eth9", "node2: data_plane_interface='eth9' does not exist"),
     ('{"firewall_admin_cidrs": ["0.0.0.0/0"]}',
      "node1: firewall_admin_cidrs opens SSH from the admin network to the whole Internet (0.0.0.0/0)"),
     ("roce_qos_pfc_priority=9", "value of roce_qos_pfc_priority must be one of: 0, 1, 2, 3, 4, 5, 6, 7, got: 9"),

@@ -32,6 +32,23 @@ def test_data_plane_errors_name_host_variable_and_value(cidr, iface, message):
         F["ncclprep_data_plane"](FACTS, cidr, iface, "node4")
 
 
+@pytest.mark.parametrize("name", ["eth0;id", "e$(id)", "eth0%i", "a`b`", "-eth0", "\u00e9th0"])
+def test_a_data_plane_interface_whose_name_a_script_would_run_is_refused(name):
+    """Review (security, low): Linux takes ';$()|&%' in a netdev name, and the name went unquoted
+    into root scripts (rps_rfs), a unit's ExecStart (numa_pinning; systemd expands '%') and
+    netplan. The data plane, the one source of the interface every role uses, refuses it."""
+    facts = {"interfaces": ["lo", name], "lo": {"ipv4": {"address": "127.0.0.1"}},
+             name.replace("-", "_"): {"ipv4": {"address": "10.0.0.4"}, "mtu": 9000}}
+    with pytest.raises(AnsibleFilterError) as err:
+        F["ncclprep_data_plane"](facts, "10.0.0.0/24", None, "node4")
+    assert str(err.value) == (
+        f"node4: data-plane interface {name!r}: ncclprep writes its name into root scripts, unit files and "
+        "netplan, and takes only 1 to 15 of A-Z a-z 0-9 _ . - (not starting with . or -); rename the "
+        "interface (a udev rule or netplan set-name)")
+    good = {**facts, "interfaces": ["lo", "bond0.100"], "bond0.100": facts[name.replace("-", "_")]}
+    assert F["ncclprep_data_plane"](good, "10.0.0.0/24", None, "node4")["interface"] == "bond0.100"
+
+
 def test_sysctl_value_rejects_yaml_booleans_naming_key_and_host():
     assert F["ncclprep_sysctl_value"]("4096\t87380", "net.ipv4.tcp_rmem", "n1") == "4096 87380"
     with pytest.raises(AnsibleFilterError, match="n1: sysctl net.ipv4.tcp_mtu_probing: boolean True"):

@@ -100,3 +100,28 @@ def test_torch_runtime_refuses_a_plain_http_index_and_a_deadline_too_short(tmp_p
 def test_torch_runtime_takes_an_https_or_file_index(tmp_path):
     for url in ("https://pypi.internal.example/simple", "file:///srv/wheels/simple"):
         assert _validate(tmp_path, "torch_runtime", {"torch_runtime_index_url": url}) == (0, [])
+
+
+@pytest.mark.parametrize("extra, shown", [
+    ({"rps_rfs_interface": "eth1"}, "rps_rfs_interface=eth1"),
+    ({"nic_mtu_interface": "eth1", "firewall_interface": "bond0"}, "firewall_interface=bond0, nic_mtu_interface=eth1"),
+])
+def test_a_removed_per_role_interface_variable_is_refused_not_ignored(tmp_path, extra, shown):
+    """Issue 24: nic_mtu, rps_rfs, numa_pinning and firewall take the one data-plane interface (the
+    review: the MTU could be set on one interface and checked on another). An inventory that still
+    sets one of their old variables is told so before anything runs."""
+    inventory = {"all": {"children": {"ncclprep_nodes": {"hosts": {"fake1": {"ansible_connection": "local"}}}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    play = [{"hosts": "all", "gather_facts": False,
+             "tasks": [{"name": "Find the data plane", "ansible.builtin.include_role": {"name": "data_plane"}}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
+           "-e", f"ansible_python_interpreter={sys.executable}", "-e",
+           json.dumps({"data_plane_cidr": "127.0.0.0/8", **extra})]
+    out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
+    tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]
+    failed = [t for t in tasks if t["hosts"]["fake1"].get("failed")]
+    assert out.returncode == 2 and len(failed) == 1, failed
+    assert " ".join(failed[0]["hosts"]["fake1"]["msg"].split()) == (
+        f"fake1: {shown}: removed; every role uses the data-plane interface (data_plane_interface, or the "
+        "interface holding an address in data_plane_cidr)")
