@@ -226,3 +226,28 @@ def test_ufw_facts_read_its_own_rule_files_and_ipv6_setting(tmp_path):
             if r["v6"]] == ["::/0", "::/0", "::/0", "fd00::/64"]
     nft = concern_facts.firewall(Runner(), "nftables", root=str(tmp_path))
     assert nft["ufw_rules"] is None and nft["ufw_ipv6"] is None
+
+
+def test_several_concerns_are_read_in_one_run_each_entry_checked_as_the_flat_form():
+    """Issue 24, item 2: validate.yml reads every concern of a node in one concern_facts run.
+    Each entry of ``concerns`` gets the flat form's defaults and checks; a bad entry is named."""
+    from conftest import load_source
+    module = load_source("concern_facts_module", "library/concern_facts.py")
+    wanted = module.requests({"concern": None, "concerns": {
+        "rps_rfs": {"interface": "eth0"}, "nic_mtu": {"interface": "eth0", "persist": "none", "timeout": "2"}}})
+    assert sorted(wanted) == ["nic_mtu", "rps_rfs"]
+    assert wanted["nic_mtu"]["timeout"] == 2.0 and wanted["nic_mtu"]["persist"] == "none"
+    assert wanted["rps_rfs"]["backend"] == "auto" and wanted["rps_rfs"]["host_key_types"] == []
+    assert module.requests({"concern": "rps_rfs", "concerns": None, **{k: None for k in module.READER_SPEC},
+                            "interface": "eth1"})["rps_rfs"]["interface"] == "eth1"
+    for concerns, message in [
+        ({"roce_qos": {}}, "concerns: 'roce_qos' is not a concern this module reads (valid: firewall, nccl_env, "
+                           "nic_mtu, numa_pinning, rps_rfs, ssh_trust)"),
+        ({"nic_mtu": {"persist": "systemd"}},
+         "concerns.nic_mtu: value of persist must be one of: auto, netplan, ifupdown, networkmanager, none, got: "
+         "systemd"),
+        ({"rps_rfs": {"interfaces": "eth0"}}, "concerns.rps_rfs: interfaces. Supported parameters include:"),
+    ]:
+        with pytest.raises(ValueError) as err:
+            module.requests({"concern": None, "concerns": concerns})
+        assert str(err.value).startswith(message), str(err.value)

@@ -29,10 +29,16 @@ def doc_blocks(source: str) -> dict[str, str]:
 
 
 def spec_options(source: str) -> list[str]:
-    """Option names of ``AnsibleModule(argument_spec=dict(...))`` in a module's source."""
-    for node in ast.walk(ast.parse(source)):
+    """Option names of ``AnsibleModule(argument_spec=dict(...))`` in a module's source; a
+    ``**NAME`` in it takes the keywords of the module-level ``NAME = dict(...)``."""
+    tree = ast.parse(source)
+    named = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)
+             and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)}
+    for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "argument_spec" and isinstance(node.value, ast.Call):
-            return [kw.arg for kw in node.value.keywords]
+            return [kw.arg for kw in node.value.keywords if kw.arg] + [
+                inner.arg for kw in node.value.keywords if kw.arg is None
+                for inner in named[kw.value.id].keywords]
     raise AssertionError("no argument_spec=dict(...)")
 
 

@@ -184,16 +184,23 @@ def test_facts_tasks_say_how_they_run_in_check_mode(concern):
 @pytest.mark.parametrize("concern", CONCERNS, ids=NAMES)
 def test_every_role_variable_facts_and_intent_read_has_a_default(concern):
     """A role's facts.yml and intent.yml also run from the preflight (include_role tasks_from),
-    where only the role's defaults stand behind its variables."""
+    where only the role's defaults and vars/main.yml stand behind its variables; the reader
+    options in vars/main.yml (``<role>_reader``, what facts.yml reads with) are held to the
+    defaults the same way."""
     role = os.path.join(REPO, "roles", concern["name"])
-    defaults = set(load(os.path.join(role, "defaults", "main.yml")) or {})
+    role_vars = load(os.path.join(role, "vars", "main.yml")) if os.path.isfile(
+        os.path.join(role, "vars", "main.yml")) else {}
+    defaults = set(load(os.path.join(role, "defaults", "main.yml")) or {}) | set(role_vars or {})
     own = re.compile(rf"\b({concern['name']}_[a-z0-9_]+)\b")
+    reader = yaml.safe_dump((role_vars or {}).get(f"{concern['name']}_reader") or {})
     for rel in ("facts.yml", "intent.yml"):
         path = os.path.join(role, "tasks", rel)
         if not os.path.isfile(path):
             continue
         with open(path, encoding="utf-8") as fh:
             text = "\n".join(line for line in fh if not line.lstrip().startswith("#"))
+        if rel == "facts.yml":
+            text += "\n" + reader
         used = set(own.findall(text)) - {f"{concern['name']}_intent"}
         # facts and intent the role itself sets (set_fact keys) are outputs, not inputs
         for task in _tasks(load(path)):
