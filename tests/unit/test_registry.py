@@ -131,6 +131,19 @@ def test_every_concern_with_facts_has_a_reader():
     assert set(READERS) == with_facts - {"roce_qos"}
 
 
+@pytest.mark.parametrize("concern", sorted(c["name"] for c in CONCERNS if c["facts"] and c["name"] != "roce_qos"))
+def test_a_concern_is_read_with_its_reader_so_validate_reads_all_in_one_run(concern):
+    """Issue 24, item 2: validate.yml reads every concern of a node in one concern_facts run from
+    the roles' ``<role>_reader`` options. A facts.yml that read with options of its own, or
+    without skipping its run under ncclprep_read_together, would add a module run per node."""
+    role_vars = load(os.path.join(REPO, "roles", concern, "vars", "main.yml")) or {}
+    assert isinstance(role_vars.get(f"{concern}_reader"), dict), f"{concern}: no {concern}_reader in vars/main.yml"
+    facts = load(os.path.join(REPO, "roles", concern, "tasks", "facts.yml"))
+    reads = [t for t in _tasks(facts) if "concern_facts" in t]
+    assert [(t["concern_facts"].get("concerns"), t.get("when")) for t in reads] == [
+        ({concern: f"{{{{ {concern}_reader }}}}"}, "not ncclprep_read_together | default(false)")]
+
+
 def _uses_data_plane(role: str) -> bool:
     pattern = re.compile(r"\bdata_plane(\.|_members\b|_cidr\b)")
     for path in glob.glob(os.path.join(REPO, "roles", role, "tasks", "*.yml")) + \
