@@ -77,8 +77,9 @@ fi
 # two pytest-xdist workers: the unit tests are CPU-bound and independent (101.7 s against 162 s)
 phase "unit tests (two at a time)" python -m pytest -m "not molecule and not integration" -n 2 --durations=10 || true
 if [ "$quick" -eq 0 ]; then
-  # two scenarios at a time, each pytest-xdist worker on nodes of its own (tests/molecule/test_roles.py)
-  phase "molecule (every role's scenario, two at a time)" python -m pytest -m molecule -n 2 --durations=0 || true
+  # two scenarios at a time, each pytest-xdist worker on nodes of its own, longest first and handed
+  # out one at a time so the two lanes end together (tests/molecule/test_roles.py)
+  phase "molecule (every role's scenario, two at a time)" python -m pytest -m molecule -n 2 --maxschedchunk 1 --durations=0 || true
   # one session, one cluster: tests/integration provisions it, tests/faults (the fault suite) follows
   phase "integration and faults (3-node local cluster)" python -m pytest -m integration --durations=0 \
     tests/integration tests/faults || true

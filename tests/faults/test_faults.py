@@ -80,6 +80,15 @@ def hosts_edit(sed: str) -> str:
 
 HOSTS_BACK = "cat /root/hosts.bak > /etc/hosts"
 
+#: For the faults that hang the collectives, shorter deadlines than the local inventory's (60 s,
+#: join 20 s, blame rounds 30 s): what is proven is that the hang is named, not how long the
+#: deadline is, and each hung round waits out its deadline (CI time: these two faults took 144
+#: and 116 s). The healthy part of each run keeps a margin: the collectives take about 4 s here
+#: from the start and the blame's one-size rounds about 2 s; a blame round's join is half its
+#: deadline (10 s), three times a node's torch import under load.
+HANG_DEADLINES = ("-e", "preflight_probe_timeout=36", "-e", "preflight_probe_join_timeout=12",
+                  "-e", "preflight_probe_blame_timeout=20", *NO_SMOKE)
+
 FAULTS = [
     Fault("sysctl", "a tracked sysctl changed on one node (net.core.somaxconn=128 on node2)",
           {"node2": "sysctl -w net.core.somaxconn=128"}, {"node2": "sysctl -w net.core.somaxconn=65535"},
@@ -124,7 +133,8 @@ FAULTS = [
           {"node2": f"ufw delete deny proto tcp from {ADDR['node3']} to any port {EPHEMERAL}"},
           {"net.ports": ["node3 -> node2"], "collective.run": ["node2", "node3"],
            "collective.blame": ["node2 <-> node3"]},
-          {"net.ports": "filtered from node3", "collective.blame": "node2 <-> node3 bad in its pairing only"}),
+          {"net.ports": "filtered from node3", "collective.blame": "node2 <-> node3 bad in its pairing only"},
+          extra=HANG_DEADLINES),
     Fault("name-unresolved", "one node's host name no longer resolving on the others (node2 gone from the hosts "
           "block on node1 and node3)",
           {"node1": hosts_edit(f"/^{ADDR['node2']} node2$/d"), "node3": hosts_edit(f"/^{ADDR['node2']} node2$/d")},
@@ -152,7 +162,8 @@ FAULTS = [
            "collective.blame": ["node2"]},
           {"nccl_env.ifname": "GLOO_SOCKET_IFNAME=eth9 does not select the data-plane interface eth0 (selects "
                               "nothing), set in /etc/ncclprep/nccl.env",
-           "collective.run": "Unable to find address for: eth9", "collective.blame": "node2 bad in every pairing"}),
+           "collective.run": "Unable to find address for: eth9", "collective.blame": "node2 bad in every pairing"},
+          extra=HANG_DEADLINES),
     # SO_REUSEADDR as a real job's store sets it: the previous run's probe connections to 29400 may
     # still be in TIME_WAIT on node1, and a bind without it would fail (nothing would hold the port)
     Fault("port-taken", "a port the job needs already taken by another process (a listener on 29400 on node1)",
