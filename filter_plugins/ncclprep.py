@@ -27,6 +27,7 @@ from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, 
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
 from ansible.module_utils.ncclprep.firewall import check_firewall, ruleset, ufw_unintended  # noqa: E402
+from ansible.module_utils.ncclprep.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
 from ansible.module_utils.ncclprep.nccl_vars import check_env  # noqa: E402
 from ansible.module_utils.ncclprep.numa import irqs_off, numa_intent  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
@@ -210,6 +211,12 @@ def ufw_stale(live: list | None, intended: list, unknown_in: str | None = None) 
     ``firewall.ufw_rules`` (None: not read, nothing to delete)."""
     stale = ufw_unintended(intended or [], live or [], unknown_in)["stale"]
     return [dict(r, to="any" if r["to"] in ("0.0.0.0/0", "::/0") else r["to"]) for r in stale]
+
+
+def ufw_to_add(live: list | None, intended: list) -> list[dict]:
+    """The intended rules not yet live as written (``firewall.ufw_to_add``), for the role's
+    loop of community.general.ufw. ``live``: facts ``firewall.ufw_rules`` (None: not read: all)."""
+    return firewall_ufw_to_add(intended or [], live)
 
 
 def cidr_errors(value, host: str = "?", var: str = "?") -> list[str]:
@@ -403,6 +410,7 @@ class FilterModule:
             "ncclprep_firewall_rules": firewall_rules,
             "ncclprep_firewall_errors": firewall_errors,
             "ncclprep_ufw_stale": ufw_stale,
+            "ncclprep_ufw_to_add": ufw_to_add,
             "ncclprep_cidr_errors": cidr_errors,
             "ncclprep_managed": managed,
             "ncclprep_net_min_deadline": net_min_deadline,

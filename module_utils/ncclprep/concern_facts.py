@@ -31,6 +31,8 @@ NFT = "/usr/sbin/nft"
 #: ufw's own rule files (IPv4, IPv6) and its defaults file (IPV6=yes|no)
 UFW_USER_RULES = ("/etc/ufw/user.rules", "/etc/ufw/user6.rules")
 UFW_DEFAULTS = "/etc/default/ufw"
+#: A policy of UFW_DEFAULTS (iptables' target) as ``ufw default`` names it
+UFW_POLICY = {"DROP": "deny", "ACCEPT": "allow", "REJECT": "reject"}
 BACKENDS = ("auto", "ufw", "nftables")
 
 
@@ -50,11 +52,15 @@ def choose_firewall_backend(requested: str, have_ufw: bool, have_nft: bool) -> s
 
 def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: str = "",
              listening: list[dict] | None = None) -> dict:
-    """``{tools: {ufw, nft} (installed), backend, rc, stdout, listening, ufw_rules, ufw_ipv6}``:
+    """``{tools: {ufw, nft} (installed), backend, rc, stdout, listening, ufw_rules, ufw_ipv6,
+    ufw_defaults}``:
     the live rule set of the chosen backend (``ufw status verbose``, or ``nft -j list table inet
     ncclprep``) and the TCP listeners; with ufw also its rules as it keeps them (the tuples of
     UFW_USER_RULES, ``parsers.ufw.parse_ufw_user_rules``; None: user.rules not readable) and IPV6=
-    of UFW_DEFAULTS ("yes", "no"; None: not set or not readable), else both None.
+    of UFW_DEFAULTS ("yes", "no"; None: not set or not readable) and its default policies as
+    ``ufw default`` names them ({incoming, outgoing}: "allow", "deny", "reject" or None, from
+    DEFAULT_INPUT_POLICY and DEFAULT_OUTPUT_POLICY; the role runs ``ufw default`` only where one
+    differs), else all three None.
 
     rc is None when the backend's tool is not installed. ``listening``: the ``tcp_listen``
     facts of community.general.listen_ports_facts, kept as [{port, address, pid, name}]
@@ -66,15 +72,22 @@ def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: st
         {"port": int(s["port"]), "address": s.get("address"), "pid": s.get("pid"), "name": s.get("name")}
         for s in listening if isinstance(s, dict) and str(s.get("port", "")).isdigit()]
     out = {"tools": tools, "backend": chosen, "rc": None, "stdout": "", "listening": kept, "ufw_rules": None,
-           "ufw_ipv6": None}
+           "ufw_ipv6": None, "ufw_defaults": None}
     if not tools["ufw" if chosen == "ufw" else "nft"]:
         return out
     if chosen == "ufw":
         texts = [read_text(root + path) for path in UFW_USER_RULES]
         if texts[0] is not None:  # user6.rules may be absent where IPv6 was never on
             out["ufw_rules"] = parse_ufw_user_rules(texts[0]) + parse_ufw_user_rules(texts[1] or "", v6=True)
-        found = re.search(r"^IPV6=\"?(\w+)\"?\s*$", read_text(root + UFW_DEFAULTS) or "", re.M)
-        out["ufw_ipv6"] = found.group(1).lower() if found else None
+        defaults = read_text(root + UFW_DEFAULTS) or ""
+
+        def setting(name: str) -> str | None:
+            found = re.search(rf"^{name}=\"?(\w+)\"?\s*$", defaults, re.M)
+            return found.group(1) if found else None
+
+        out["ufw_ipv6"] = (setting("IPV6") or "").lower() or None
+        out["ufw_defaults"] = {way: UFW_POLICY.get(setting(f"DEFAULT_{chain}_POLICY") or "")
+                               for way, chain in (("incoming", "INPUT"), ("outgoing", "OUTPUT"))}
     argv = ["ufw", "status", "verbose"] if chosen == "ufw" else ["nft", "-j", "list", "table", "inet", "ncclprep"]
     rc, stdout, _ = run(argv, timeout)
     out.update(rc=rc, stdout=stdout)

@@ -161,6 +161,32 @@ def ufw_unintended(intended: list[dict], live: list[dict], unknown_in: str | Non
     return out
 
 
+def ufw_to_add(intended: list[dict], live: list[dict] | None) -> list[dict]:
+    """The intended rules community.general.ufw would change: each one no live rule holds with
+    the same source network, port, protocol and interface, to any address, and the same comment
+    (ufw rewrites a rule whose comment differs). A rule from every address (0.0.0.0/0, ::/0) is
+    always included: ufw writes it for IPv6 too, as IPV6= says. ``live``: as ``ufw_unintended``'s
+    (None: not read, every intended rule). On a re-run with nothing to change this is empty, and
+    the role runs no ufw command: one per rule cost about 0.8 s of wall time each (a dozen rules
+    on the local cluster: 9.5 s of a 58 s re-run of site.yml).
+    """
+    if live is None:
+        return list(intended)
+    held = set()
+    for rule in live:
+        if rule.get("route") or rule.get("action") != "allow" or rule.get("direction") != "in":
+            continue
+        if rule.get("to") in ("0.0.0.0/0", "::/0") and not rule.get("app") and rule.get("from_port") is None:
+            held.add((_key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface")),
+                      rule.get("comment")))
+    out = []
+    for rule in intended:
+        key = _key(rule["from"], rule["port"], rule["proto"], rule.get("interface"))
+        if key is None or key[0].prefixlen == 0 or (key, rule.get("comment")) not in held:
+            out.append(rule)
+    return out
+
+
 def allows(rules: list[dict], client: str, port: int, interface: str | None) -> bool:
     """Whether a TCP connection from ``client`` to ``port`` arriving on ``interface`` is allowed."""
     addr = ipaddress.ip_address(client)
