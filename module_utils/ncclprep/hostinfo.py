@@ -37,6 +37,7 @@ import re
 import subprocess
 from collections.abc import Callable
 
+from ansible.module_utils.ncclprep.netutil import KERNEL_IFNAME_RE
 from ansible.module_utils.ncclprep.parsers.ethtool import diagnose_ethtool, parse_ethtool, parse_ethtool_driver
 from ansible.module_utils.ncclprep.parsers.ibstat import diagnose_ib_ports, parse_ib_status
 from ansible.module_utils.ncclprep.parsers.ibv_devinfo import diagnose_ibv_devinfo, parse_ibv_devinfo
@@ -56,9 +57,6 @@ TIMEOUT_RC = 124
 #: Environment of every command: untranslated output, as the parsers expect.
 COMMAND_ENV = {"LC_ALL": "C", "LANG": "C"}
 _CODED_RE = re.compile(r"^\d+:\s*(\S+)$")          # sysfs "4: ACTIVE", "5: LinkUp"
-#: A netdev name as the kernel accepts it (dev_valid_name: at most 15 bytes, no "/", ":" or
-#: white space), not starting with "-" so that ethtool cannot read it as an option.
-_IFNAME_RE = re.compile(r"^[^\s/:-][^\s/:]{0,14}$")
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec")  # sysfs "200 Gb/sec (4X HDR)"
 
 
@@ -255,7 +253,7 @@ def link(runner: Runner, which: Which, timeout: float, interface: str, host: str
     """
     if not which("ethtool"):
         return None
-    if not isinstance(interface, str) or not _IFNAME_RE.match(interface):
+    if not isinstance(interface, str) or not KERNEL_IFNAME_RE.match(interface):
         return _reading(f"ethtool {interface}", f"ethtool: {interface!r} is not a network interface name "
                         "(1 to 15 characters, no '/', ':' or white space, not starting with '-')")
     reading = _tool_reading(runner, which, ["ethtool", interface], timeout, parse_ethtool,

@@ -19,6 +19,10 @@ import socket
 #: '.' or '-'. The kernel also takes ';$()|&%' and more (only '/', ':' and white space are
 #: refused, dev_valid_name), which a shell or systemd's '%' specifiers would act on.
 SAFE_IFNAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")
+#: A netdev name as the kernel accepts it (dev_valid_name: at most 15 bytes, no '/', ':' or
+#: white space), not starting with '-' so that a tool (ethtool) cannot read it as an option: what
+#: a reader may pass to a command; SAFE_IFNAME_RE is what ncclprep writes.
+KERNEL_IFNAME_RE = re.compile(r"^[^\s/:-][^\s/:]{0,14}$")
 
 
 def parse_cidr(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
