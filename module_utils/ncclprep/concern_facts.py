@@ -21,7 +21,7 @@ from collections.abc import Callable
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
 from ansible.module_utils.ncclprep.numa import read_affinity, read_topology
 from ansible.module_utils.ncclprep.parsers.netplan import KINDS as NETPLAN_KINDS
-from ansible.module_utils.ncclprep.parsers.ufw import parse_ufw_user_rules
+from ansible.module_utils.ncclprep.parsers.ufw import parse_ufw_status, parse_ufw_user_rules
 from ansible.module_utils.ncclprep.sysfs import read_text
 
 Runner = Callable[[list, float], tuple]
@@ -31,8 +31,6 @@ NFT = "/usr/sbin/nft"
 #: ufw's own rule files (IPv4, IPv6) and its defaults file (IPV6=yes|no)
 UFW_USER_RULES = ("/etc/ufw/user.rules", "/etc/ufw/user6.rules")
 UFW_DEFAULTS = "/etc/default/ufw"
-#: A policy of UFW_DEFAULTS (iptables' target) as ``ufw default`` names it
-UFW_POLICY = {"DROP": "deny", "ACCEPT": "allow", "REJECT": "reject"}
 BACKENDS = ("auto", "ufw", "nftables")
 
 
@@ -57,10 +55,10 @@ def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: st
     the live rule set of the chosen backend (``ufw status verbose``, or ``nft -j list table inet
     ncclprep``) and the TCP listeners; with ufw also its rules as it keeps them (the tuples of
     UFW_USER_RULES, ``parsers.ufw.parse_ufw_user_rules``; None: user.rules not readable) and IPV6=
-    of UFW_DEFAULTS ("yes", "no"; None: not set or not readable) and its default policies as
-    ``ufw default`` names them ({incoming, outgoing}: "allow", "deny", "reject" or None, from
-    DEFAULT_INPUT_POLICY and DEFAULT_OUTPUT_POLICY; the role runs ``ufw default`` only where one
-    differs), else all three None.
+    of UFW_DEFAULTS ("yes", "no"; None: not set or not readable), and ``ufw_defaults``: the
+    default policies an active ufw prints ({incoming, outgoing}: "allow", "deny", "reject";
+    ``parsers.ufw.parse_ufw_status``), None where ufw is inactive or its status unread (the role
+    runs ``ufw default`` only for a policy that differs); all three None without ufw.
 
     rc is None when the backend's tool is not installed. ``listening``: the ``tcp_listen``
     facts of community.general.listen_ports_facts, kept as [{port, address, pid, name}]
@@ -79,18 +77,15 @@ def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: st
         texts = [read_text(root + path) for path in UFW_USER_RULES]
         if texts[0] is not None:  # user6.rules may be absent where IPv6 was never on
             out["ufw_rules"] = parse_ufw_user_rules(texts[0]) + parse_ufw_user_rules(texts[1] or "", v6=True)
-        defaults = read_text(root + UFW_DEFAULTS) or ""
-
-        def setting(name: str) -> str | None:
-            found = re.search(rf"^{name}=\"?(\w+)\"?\s*$", defaults, re.M)
-            return found.group(1) if found else None
-
-        out["ufw_ipv6"] = (setting("IPV6") or "").lower() or None
-        out["ufw_defaults"] = {way: UFW_POLICY.get(setting(f"DEFAULT_{chain}_POLICY") or "")
-                               for way, chain in (("incoming", "INPUT"), ("outgoing", "OUTPUT"))}
+        found = re.search(r"^IPV6=\"?(\w+)\"?\s*$", read_text(root + UFW_DEFAULTS) or "", re.M)
+        out["ufw_ipv6"] = found.group(1).lower() if found else None
     argv = ["ufw", "status", "verbose"] if chosen == "ufw" else ["nft", "-j", "list", "table", "inet", "ncclprep"]
     rc, stdout, _ = run(argv, timeout)
     out.update(rc=rc, stdout=stdout)
+    if chosen == "ufw" and rc == 0:
+        status = parse_ufw_status(stdout)
+        if status["status"] == "active":
+            out["ufw_defaults"] = {way: status["default"][way] for way in ("incoming", "outgoing")}
     return out
 
 
