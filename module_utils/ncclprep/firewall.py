@@ -97,6 +97,16 @@ def _key(source: str, port, proto: str, interface: str | None):
     return net, None if port is None else str(port), proto, interface or None
 
 
+def _opening_key(rule: dict, actions: tuple[str, ...]):
+    """A live ufw rule's ``_key`` when it is one the role's rules can match: incoming, not routed,
+    its action among ``actions``, to any address (no app, no source port); else None."""
+    if rule.get("route") or rule.get("action") not in actions or rule.get("direction") != "in":
+        return None
+    if rule.get("to") not in ("0.0.0.0/0", "::/0") or rule.get("app") or rule.get("from_port") is not None:
+        return None
+    return _key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface"))
+
+
 def ufw_rule_text(rule: dict) -> str:
     """A rule of ``parsers.ufw.parse_ufw_user_rules`` in ufw's own syntax (``ufw delete <this>``
     removes it): ``allow in on eth0 proto tcp from 10.0.0.1 to any port 22``."""
@@ -148,9 +158,8 @@ def ufw_unintended(intended: list[dict], live: list[dict], unknown_in: str | Non
     for rule in live:
         if rule.get("route") or rule.get("action") not in ("allow", "limit") or rule.get("direction") != "in":
             continue
-        to_any = rule.get("to") in ("0.0.0.0/0", "::/0") and not rule.get("app")
-        key = _key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface"))
-        if to_any and rule.get("from_port") is None and key in want:
+        key = _opening_key(rule, ("allow", "limit"))
+        if key is not None and key in want:
             have.add(key)
             continue
         owned = str(rule.get("comment") or "").startswith(OWNED_PREFIX)
@@ -172,13 +181,7 @@ def ufw_to_add(intended: list[dict], live: list[dict] | None) -> list[dict]:
     """
     if live is None:
         return list(intended)
-    held = set()
-    for rule in live:
-        if rule.get("route") or rule.get("action") != "allow" or rule.get("direction") != "in":
-            continue
-        if rule.get("to") in ("0.0.0.0/0", "::/0") and not rule.get("app") and rule.get("from_port") is None:
-            held.add((_key(rule["from"], rule.get("port"), rule.get("proto"), rule.get("interface")),
-                      rule.get("comment")))
+    held = {(_opening_key(rule, ("allow",)), rule.get("comment")) for rule in live}
     out = []
     for rule in intended:
         key = _key(rule["from"], rule["port"], rule["proto"], rule.get("interface"))

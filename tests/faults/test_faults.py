@@ -83,9 +83,9 @@ HOSTS_BACK = "cat /root/hosts.bak > /etc/hosts"
 #: For the faults that hang the collectives, shorter deadlines than the local inventory's (60 s,
 #: join 20 s, blame rounds 30 s): what is proven is that the hang is named, not how long the
 #: deadline is, and each hung round waits out its deadline (CI time: these two faults took 144
-#: and 116 s). The healthy part of each run keeps a margin: the collectives take about 4 s here
-#: from the start and the blame's one-size rounds about 2 s; a blame round's join is half its
-#: deadline (10 s), three times a node's torch import under load.
+#: and 116 s; 102 and 74 s under these). The healthy part keeps a margin: the collectives took
+#: 3.3 s from the join on an idle 3-node cluster, and a blame round's join, half its deadline
+#: (10 s), is three times what importing torch on 3 nodes at once took here (3.3 s).
 HANG_DEADLINES = ("-e", "preflight_probe_timeout=36", "-e", "preflight_probe_join_timeout=12",
                   "-e", "preflight_probe_blame_timeout=20", *NO_SMOKE)
 
