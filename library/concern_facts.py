@@ -89,34 +89,19 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.ncclprep import concern_facts as readers
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 
-#: The options of one concern's reading (the flat form's, and each entry of ``concerns``).
-READER_SPEC = dict(
-    interface=dict(type="str"),
-    map_file=dict(type="path"),
-    backend=dict(type="str", default="auto"),
-    user=dict(type="str", default="root"),
-    host_key_types=dict(type="list", elements="str", default=[]),
-    key_name=dict(type="str", no_log=False),
-    persist=dict(type="str", default="auto", choices=list(readers.PERSIST)),
-    netplan_file=dict(type="path"),
-    timeout=dict(type="float", default=10.0),
-    listening=dict(type="list", elements="dict"),
-    env_files=dict(type="list", elements="path", default=[]),
-)
-
 
 def requests(params: dict) -> dict[str, dict]:
     """``{concern: its options, defaults filled}`` from the module's parameters: ``concern`` with
-    the flat options, or every entry of ``concerns`` validated against READER_SPEC. Raises
+    the flat options, or every entry of ``concerns`` validated against concern_facts.READER_SPEC (module_utils). Raises
     ValueError naming the concern and what is wrong (unknown concern, bad or unknown option)."""
     if params.get("concerns") is None:
-        return {params["concern"]: {k: params.get(k) for k in READER_SPEC}}
+        return {params["concern"]: {k: params.get(k) for k in readers.READER_SPEC}}
     out = {}
     for concern, options in params["concerns"].items():
         if concern not in readers.READERS:
             raise ValueError(f"concerns: {concern!r} is not a concern this module reads "
                              f"(valid: {', '.join(sorted(readers.READERS))})")
-        result = ArgumentSpecValidator(READER_SPEC).validate(dict(options or {}))
+        result = ArgumentSpecValidator(readers.READER_SPEC).validate(dict(options or {}))
         if result.error_messages:
             raise ValueError(f"concerns.{concern}: {'; '.join(result.error_messages)}")
         out[concern] = result.validated_parameters
@@ -129,7 +114,7 @@ def main() -> None:
             concern=dict(type="str", choices=sorted(readers.READERS)),
             concerns=dict(type="dict"),
             into=dict(type="dict", default={}),
-            **READER_SPEC,
+            **readers.READER_SPEC,
         ),
         required_one_of=[("concern", "concerns")],
         mutually_exclusive=[("concern", "concerns")],

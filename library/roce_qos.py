@@ -96,112 +96,23 @@ ansible_facts:
   type: dict
 """
 
-import copy
-import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
-from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
+from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.roce import (
-    ECN_KINDS,
     TOOLS,
-    choose_tool,
+    RoceInputError,
+    Runner,
+    StepError,
     commands,
-    ecn_dir,
     ecn_writes,
-    find_roce_ports,
     format_map,
-    format_state,
+    last_line,
     plan,
-    read_ecn,
-    show_commands,
-    unmanaged,
+    read_state,
+    survey,
 )
-
-
-class StepError(Exception):
-    """A command or write that failed; the message names host, interface and step."""
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
-
-
-class Runner:
-    """Runs argv lists through coreutils ``timeout`` so that no command can block past the deadline."""
-
-    def __init__(self, module: AnsibleModule, host: str, paths: dict, timeout: float) -> None:
-        self.module, self.host, self.paths, self.timeout = module, host, paths, timeout
-        self.timeout_bin = module.get_bin_path("timeout")
-        if not self.timeout_bin:
-            module.fail_json(msg=f"{host}: coreutils 'timeout' is not on PATH; it bounds every command "
-                                 "of this module (option timeout)")
-
-    def run(self, netdev: str, argv: list) -> tuple:
-        """Run ``argv`` (argv[0] a tool name) for ``netdev``; returns (rc, stdout, stderr).
-
-        Raises StepError when it ran past the deadline (``timeout`` exits 124).
-        """
-        real = [self.timeout_bin, "-k", "2", f"{self.timeout:g}", self.paths.get(argv[0], argv[0])] + argv[1:]
-        rc, out, err = self.module.run_command(real)
-        if rc in (124, 137):
-            raise StepError(f"{self.host}: {netdev}: '{' '.join(argv)}' did not finish within "
-                            f"{self.timeout:g} s (option timeout)")
-        return rc, out, err
-
-
-def read_state(runner: Runner, netdev: str, tool: str, sysfs: str, driver: str | None, warn: bool = True) -> tuple:
-    """Current state of ``netdev`` and the reasons for what could not be read: (state, reasons).
-
-    With ``warn``, the warnings mlnx_qos prints are passed on as module warnings.
-    """
-    host = runner.host
-    cmds = show_commands(netdev, tool)
-    reasons: dict = {}
-    if tool == "dcb":
-        rc, out, err = runner.run(netdev, cmds["pfc"])
-        if rc != 0:
-            raise StepError(f"{host}: {netdev}: '{' '.join(cmds['pfc'])}' failed (rc {rc}): {_last_line(err or out)}")
-        pfc = parse_dcb_pfc(out)
-        if all(v is None for v in pfc.values()):
-            raise StepError(f"{host}: {netdev}: no prio_pfc in the output of '{' '.join(cmds['pfc'])}': {out[:200]!r}")
-        rc, out, err = runner.run(netdev, cmds["apptrust"])
-        trust = trust_from_order(parse_dcb_apptrust(out)) if rc == 0 else None
-        if trust is None:
-            reasons["trust"] = (f"'{' '.join(cmds['apptrust'])}' gave no trust order (rc {rc}: "
-                                f"{_last_line(err or out) or 'no output'}); driver {driver or 'unknown'} may not "
-                                "support DCB apptrust (mlx5 does not): use tool=mlnx_qos there")
-    else:
-        rc, out, err = runner.run(netdev, cmds["mlnx_qos"])
-        if rc != 0:
-            raise StepError(f"{host}: {netdev}: '{' '.join(cmds['mlnx_qos'])}' failed (rc {rc}): "
-                            f"{_last_line(err or out)}")
-        parsed = parse_mlnx_qos(out)
-        pfc, trust = parsed["pfc"], parsed["trust"]
-        for line in parsed["warnings"] if warn else []:  # e.g. lldpad running may overwrite the settings
-            runner.module.warn(f"{host}: {netdev}: mlnx_qos says: {line}")
-        if all(v is None for v in pfc.values()):
-            raise StepError(f"{host}: {netdev}: no 'PFC configuration' enabled row in the output of "
-                            f"'{' '.join(cmds['mlnx_qos'])}'")
-        if trust is None:
-            reasons["trust"] = ("mlnx_qos shows no trust state ('Priority trust state' missing or none)"
-                                + (f": {'; '.join(parsed['warnings'])}" if parsed["warnings"] else ""))
-    state = {"pfc": pfc, "trust": trust, **read_ecn(netdev, sysfs)}
-    for what in ECN_KINDS:
-        if state[what] is None:
-            reasons[what] = (f"{ecn_dir(netdev, what, sysfs)} does not exist (the ECN switches come with "
-                             f"NVIDIA's mlx5 driver; driver here: {driver or 'unknown'})")
-    return state, reasons
-
-
-def after_state(state: dict, changes: list) -> dict:
-    """``state`` with ``changes`` applied (for the diff)."""
-    out = copy.deepcopy(state)
-    for change in changes:
-        out[change["what"]] = copy.deepcopy(change["to"])
-    return out
 
 
 def apply(runner: Runner, netdev: str, tool: str, changes: list, sysfs: str) -> None:
@@ -209,7 +120,7 @@ def apply(runner: Runner, netdev: str, tool: str, changes: list, sysfs: str) -> 
     for argv in commands(netdev, changes, tool):
         rc, out, err = runner.run(netdev, argv)
         if rc != 0:
-            raise StepError(f"{runner.host}: {netdev}: '{' '.join(argv)}' failed (rc {rc}): {_last_line(err or out)}")
+            raise StepError(f"{runner.host}: {netdev}: '{' '.join(argv)}' failed (rc {rc}): {last_line(err or out)}")
     for path, value in ecn_writes(netdev, changes, sysfs):
         try:
             with open(path, "w", encoding="utf-8") as fh:
@@ -238,6 +149,7 @@ def main() -> None:
     )
     p = module.params
     host = socket.gethostname()
+    sysfs = p["sysfs_root"]
 
     def finish(**res) -> None:
         """Exit; with into given (the facts step), the state read also goes to
@@ -250,84 +162,22 @@ def main() -> None:
             res.pop("skipped", None)
         module.exit_json(**res)
 
-    if not 0 <= p["pfc_priority"] <= 7:
-        module.fail_json(msg=f"{host}: pfc_priority={p['pfc_priority']} is outside 0..7")
-    if p["timeout"] <= 0:
-        module.fail_json(msg=f"{host}: timeout={p['timeout']} must be a number of seconds > 0")
-    sysfs = p["sysfs_root"]
-    result = {"changed": False, "ports": [], "changes": {}, "unsupported": {}, "skipped": False,
-              "skip_reason": None, "tool": None}
-
-    ports = find_roce_ports(sysfs)
-    result["ports"] = ports
-    ib_root = os.path.join(sysfs, "class", "infiniband")
-    if not ports:
-        where = "does not exist" if not os.path.isdir(ib_root) else "has no port with link_layer Ethernet"
-        if p["interfaces"]:
-            # named interfaces are a promise that RoCE is here: a host without it is an error, not a skip
-            module.fail_json(msg=f"{host}: interfaces: {', '.join(repr(b) for b in p['interfaces'])} "
-                                 f"named, but this host has no RoCE port ({ib_root} {where}); "
-                                 "valid here: [] (nothing to configure)", **result)
-        finish(**dict(result, skipped=True, skip_reason=f"no RoCE port: {ib_root} {where}"))
-
-    drivers: dict = {}
-    for port in ports:
-        if port["netdev"]:
-            drivers.setdefault(port["netdev"], port["driver"])
-    if p["interfaces"]:
-        bad = [name for name in p["interfaces"] if name not in drivers]
-        if bad:
-            module.fail_json(msg=f"{host}: interfaces: {', '.join(repr(b) for b in bad)} "
-                                 f"{'is' if len(bad) == 1 else 'are'} not the netdev of a RoCE port; "
-                                 f"valid here: {sorted(drivers)}", **result)
-        netdevs = list(dict.fromkeys(p["interfaces"]))
-    else:
-        netdevs = list(drivers)
-    if not netdevs:
-        names = ", ".join(f"{q['device']}/{q['port']}" for q in ports)
-        finish(**dict(result, skipped=True,
-                      skip_reason=f"RoCE port(s) {names} have no netdev under {ib_root}/*/device/net"))
-
-    found = {name: module.get_bin_path(name) for name in TOOLS}  # None when not on PATH (or /sbin dirs)
-    tool, why = choose_tool(p["tool"], [drivers[n] for n in netdevs], found)
-    if tool is None:
-        if p["tool"] != "auto":
-            module.fail_json(msg=f"{host}: tool={p['tool']}: {why}; on PATH: "
-                                 f"{[n for n, path in found.items() if path] or 'neither dcb nor mlnx_qos'}",
-                             **result)
-        finish(**dict(result, skipped=True,
-                      skip_reason=f"RoCE netdev(s) {', '.join(netdevs)} found but {why}"))
-    result["tool"] = tool
-
-    desired = {"pfc_priority": p["pfc_priority"], "trust": p["trust"], "ecn": p["ecn"]}
-    runner = Runner(module, host, {n: path for n, path in found.items() if path}, p["timeout"])
-    states, before, after = {}, [], []
+    options = {k: p[k] for k in ("interfaces", "pfc_priority", "trust", "ecn", "tool", "timeout")}
     try:
-        for netdev in netdevs:
-            state, reasons = read_state(runner, netdev, tool, sysfs, drivers[netdev])
-            states[netdev] = state
-            result["changes"][netdev] = plan(state, desired)
-            missing = [{"what": w, "reason": reasons.get(w, "could not be read")} for w in unmanaged(state, desired)]
-            if missing:
-                result["unsupported"][netdev] = missing
-                for item in missing:
-                    module.warn(f"{host}: {netdev}: {item['what']} not managed: {item['reason']}")
-            before.append(format_state(netdev, state))
-            after.append(format_state(netdev, after_state(state, result["changes"][netdev])))
-    except StepError as exc:
-        module.fail_json(msg=str(exc), **result)
-
-    result["changed"] = any(result["changes"].values())
-    result["diff"] = {"before": "".join(before), "after": "".join(after)}
-    if module.check_mode or not result["changed"]:
+        result, runner, drivers = survey(options, subprocess_runner, module.get_bin_path, host, sysfs, module.warn)
+    except (RoceInputError, StepError) as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    if runner is None or module.check_mode or not result["changed"]:
         finish(**result)
 
+    desired = {"pfc_priority": p["pfc_priority"], "trust": p["trust"], "ecn": p["ecn"]}
+    tool = result["tool"]
     try:
-        for netdev in netdevs:
-            if result["changes"][netdev]:
-                apply(runner, netdev, tool, result["changes"][netdev], sysfs)
-        for netdev in netdevs:
-            if not result["changes"][netdev]:
+        for netdev, changes in result["changes"].items():
+            if changes:
+                apply(runner, netdev, tool, changes, sysfs)
+        for netdev, changes in result["changes"].items():
+            if not changes:
                 continue
             state, _ = read_state(runner, netdev, tool, sysfs, drivers[netdev], warn=False)
             left = plan(state, desired)

@@ -336,6 +336,42 @@ def nccl_env(procfs: str = "/proc", env_files: list[str] | None = None) -> dict:
     return {"gpus": gpus, "files": files}
 
 
+#: The options of one concern's reading, as Ansible argument specs (library/concern_facts.py
+#: validates with them; ``reader_options`` fills the defaults where no Ansible runs).
+READER_SPEC = dict(
+    interface=dict(type="str"),
+    map_file=dict(type="path"),
+    backend=dict(type="str", default="auto"),
+    user=dict(type="str", default="root"),
+    host_key_types=dict(type="list", elements="str", default=[]),
+    key_name=dict(type="str", no_log=False),
+    persist=dict(type="str", default="auto", choices=list(PERSIST)),
+    netplan_file=dict(type="path"),
+    timeout=dict(type="float", default=10.0),
+    listening=dict(type="list", elements="dict"),
+    env_files=dict(type="list", elements="path", default=[]),
+)
+
+
+def reader_options(concern: str, options: dict | None) -> dict:
+    """``options`` of ``concern``'s reading with READER_SPEC's defaults filled in, for a reading
+    outside Ansible (``ncclprep node check``). Raises ValueError naming the concern for an unknown
+    concern or option, a ``timeout`` that is not a number or a ``persist`` outside PERSIST."""
+    if concern not in READERS:
+        raise ValueError(f"{concern!r} is not a concern read here (valid: {', '.join(sorted(READERS))})")
+    unknown = sorted(set(options or {}) - set(READER_SPEC))
+    if unknown:
+        raise ValueError(f"{concern}: unknown option(s) {unknown}; valid: {sorted(READER_SPEC)}")
+    out = {k: (options or {}).get(k, spec.get("default")) for k, spec in READER_SPEC.items()}
+    try:
+        out["timeout"] = float(out["timeout"])
+    except (TypeError, ValueError):
+        raise ValueError(f"{concern}: timeout={out['timeout']!r} is not a number of seconds") from None
+    if out["persist"] not in PERSIST:
+        raise ValueError(f"{concern}: persist={out['persist']!r}; valid: {', '.join(PERSIST)}")
+    return out
+
+
 # concern -> reader: the concerns whose state concern_facts reads (roce_qos reads its own,
 # in check mode, with the same ``into`` convention). tests/unit/test_registry.py holds this
 # against the registry's ``facts: true`` entries.

@@ -1,8 +1,9 @@
 """RoCE ports and their lossless QoS: PFC on one priority, trust DSCP, ECN (the roce_qos role).
 
-Everything here is pure (reads a sysfs tree given as an argument, plans, builds argv lists); the
-text that ``dcb`` and ``mlnx_qos`` print is parsed in ``parsers/dcb.py`` and
-``parsers/mlnx_qos.py``; the ``roce_qos`` module runs the commands and writes the files.
+Reading and planning live here (a sysfs tree given as an argument; the tools run through a
+runner given as an argument, each under a deadline: ``survey``), so that the ``roce_qos`` module
+and ``ncclprep node check`` read a node alike; the text that ``dcb`` and ``mlnx_qos`` print is
+parsed in ``parsers/dcb.py`` and ``parsers/mlnx_qos.py``; the module alone writes (its ``apply``).
 Sources of the rules:
 
 - Ports: the kernel's RDMA sysfs ABI (Documentation/ABI/stable/sysfs-class-infiniband):
@@ -32,9 +33,13 @@ Standard library only: this module also runs on the nodes.
 
 from __future__ import annotations
 
+import copy
 import os
+from collections.abc import Callable
 
 from ansible.module_utils.ncclprep.parsers import PRIORITIES
+from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
+from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
 from ansible.module_utils.ncclprep.sysfs import list_dir, read_text
 
 TOOLS = ("dcb", "mlnx_qos")
@@ -292,3 +297,184 @@ def format_state(netdev: str, state: dict) -> str:
              f"{netdev} trust: {state.get('trust') or 'unknown'}"]
     lines += [f"{netdev} {what}: {format_map(state.get(what))}" for what in ECN_KINDS]
     return "\n".join(lines) + "\n"
+
+
+class StepError(Exception):
+    """A command or write that failed; the message names host, interface and step."""
+
+
+def last_line(text: str) -> str:
+    """The last line of ``text`` that is not blank, stripped ("" for none): a tool's error."""
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+class Runner:
+    """Runs the tools' argv lists for one host, each under the deadline ``timeout`` (seconds).
+
+    ``run(argv, timeout) -> (rc, stdout, stderr)`` runs a command and kills it at its deadline
+    with rc 124 (hostinfo.subprocess_runner); ``paths``: tool name -> its path; ``warn(text)``
+    passes on what a tool warns about (None: dropped).
+    """
+
+    def __init__(self, run: Callable, host: str, paths: dict, timeout: float,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.run_argv, self.host, self.paths, self.timeout = run, host, paths, timeout
+        self.warn = warn or (lambda text: None)
+
+    def run(self, netdev: str, argv: list) -> tuple:
+        """Run ``argv`` (argv[0] a tool name) for ``netdev``; returns (rc, stdout, stderr).
+
+        Raises StepError when it ran past the deadline (rc 124, or 137 from a kill).
+        """
+        rc, out, err = self.run_argv([self.paths.get(argv[0], argv[0])] + argv[1:], self.timeout)
+        if rc in (124, 137):
+            raise StepError(f"{self.host}: {netdev}: '{' '.join(argv)}' did not finish within "
+                            f"{self.timeout:g} s (option timeout)")
+        return rc, out, err
+
+
+def read_state(runner: Runner, netdev: str, tool: str, sysfs: str, driver: str | None, warn: bool = True) -> tuple:
+    """Current state of ``netdev`` and the reasons for what could not be read: (state, reasons).
+
+    With ``warn``, the warnings mlnx_qos prints are passed on to the runner's ``warn``.
+    """
+    host = runner.host
+    cmds = show_commands(netdev, tool)
+    reasons: dict = {}
+    if tool == "dcb":
+        rc, out, err = runner.run(netdev, cmds["pfc"])
+        if rc != 0:
+            raise StepError(f"{host}: {netdev}: '{' '.join(cmds['pfc'])}' failed (rc {rc}): {last_line(err or out)}")
+        pfc = parse_dcb_pfc(out)
+        if all(v is None for v in pfc.values()):
+            raise StepError(f"{host}: {netdev}: no prio_pfc in the output of '{' '.join(cmds['pfc'])}': {out[:200]!r}")
+        rc, out, err = runner.run(netdev, cmds["apptrust"])
+        trust = trust_from_order(parse_dcb_apptrust(out)) if rc == 0 else None
+        if trust is None:
+            reasons["trust"] = (f"'{' '.join(cmds['apptrust'])}' gave no trust order (rc {rc}: "
+                                f"{last_line(err or out) or 'no output'}); driver {driver or 'unknown'} may not "
+                                "support DCB apptrust (mlx5 does not): use tool=mlnx_qos there")
+    else:
+        rc, out, err = runner.run(netdev, cmds["mlnx_qos"])
+        if rc != 0:
+            raise StepError(f"{host}: {netdev}: '{' '.join(cmds['mlnx_qos'])}' failed (rc {rc}): "
+                            f"{last_line(err or out)}")
+        parsed = parse_mlnx_qos(out)
+        pfc, trust = parsed["pfc"], parsed["trust"]
+        for line in parsed["warnings"] if warn else []:  # e.g. lldpad running may overwrite the settings
+            runner.warn(f"{host}: {netdev}: mlnx_qos says: {line}")
+        if all(v is None for v in pfc.values()):
+            raise StepError(f"{host}: {netdev}: no 'PFC configuration' enabled row in the output of "
+                            f"'{' '.join(cmds['mlnx_qos'])}'")
+        if trust is None:
+            reasons["trust"] = ("mlnx_qos shows no trust state ('Priority trust state' missing or none)"
+                                + (f": {'; '.join(parsed['warnings'])}" if parsed["warnings"] else ""))
+    state = {"pfc": pfc, "trust": trust, **read_ecn(netdev, sysfs)}
+    for what in ECN_KINDS:
+        if state[what] is None:
+            reasons[what] = (f"{ecn_dir(netdev, what, sysfs)} does not exist (the ECN switches come with "
+                             f"NVIDIA's mlx5 driver; driver here: {driver or 'unknown'})")
+    return state, reasons
+
+
+class RoceInputError(ValueError):
+    """Input this host cannot take (a named interface that is no RoCE netdev, a named tool not on
+    PATH, a priority outside 0..7); the message names the host, option and what is valid."""
+
+
+#: The options of a reading (the roce_qos module's, but ``sysfs_root`` and ``into``) and defaults.
+SURVEY_OPTIONS = {"interfaces": [], "pfc_priority": 3, "trust": "dscp", "ecn": True, "tool": "auto",
+                  "timeout": 10.0}
+
+
+def survey(options: dict, run: Callable, which: Callable, host: str, sysfs: str = "/sys",
+           warn: Callable[[str], None] | None = None) -> tuple:
+    """Read this host's RoCE ports and plan what differs from ``options`` (SURVEY_OPTIONS' keys):
+    ``(result, runner, drivers)``.
+
+    ``result``: ``{changed, ports, changes{netdev: [{what, from, to}]}, unsupported{netdev:
+    [{what, reason}]}, skipped, skip_reason, tool, diff{before, after}}`` (the module's return and,
+    but ``changed`` and ``diff``, the facts ``ansible_facts.ncclprep.roce_qos``); ``runner`` and
+    ``drivers`` (netdev -> driver) are for applying, None when skipped. A host without a RoCE port
+    or without a tool is skipped with a reason. ``run``: a runner as ``Runner`` takes; ``which(name)
+    -> path | None``. Raises RoceInputError for bad input and StepError for a command that failed
+    or ran past its deadline (both naming the host); ``exc.result`` holds what was read so far.
+    """
+    p = dict(SURVEY_OPTIONS, **options)
+    result = {"changed": False, "ports": [], "changes": {}, "unsupported": {}, "skipped": False,
+              "skip_reason": None, "tool": None}
+
+    def refuse(exc: Exception) -> Exception:
+        exc.result = result
+        return exc
+
+    if not 0 <= int(p["pfc_priority"]) <= 7:
+        raise refuse(RoceInputError(f"{host}: pfc_priority={p['pfc_priority']} is outside 0..7"))
+    if float(p["timeout"]) <= 0:
+        raise refuse(RoceInputError(f"{host}: timeout={p['timeout']} must be a number of seconds > 0"))
+    ports = find_roce_ports(sysfs)
+    result["ports"] = ports
+    ib_root = os.path.join(sysfs, "class", "infiniband")
+    if not ports:
+        where = "does not exist" if not os.path.isdir(ib_root) else "has no port with link_layer Ethernet"
+        if p["interfaces"]:
+            # named interfaces are a promise that RoCE is here: a host without it is an error, not a skip
+            raise refuse(RoceInputError(
+                f"{host}: interfaces: {', '.join(repr(b) for b in p['interfaces'])} named, but this host has no "
+                f"RoCE port ({ib_root} {where}); valid here: [] (nothing to configure)"))
+        return dict(result, skipped=True, skip_reason=f"no RoCE port: {ib_root} {where}"), None, None
+    drivers: dict = {}
+    for port in ports:
+        if port["netdev"]:
+            drivers.setdefault(port["netdev"], port["driver"])
+    if p["interfaces"]:
+        bad = [name for name in p["interfaces"] if name not in drivers]
+        if bad:
+            raise refuse(RoceInputError(
+                f"{host}: interfaces: {', '.join(repr(b) for b in bad)} {'is' if len(bad) == 1 else 'are'} not "
+                f"the netdev of a RoCE port; valid here: {sorted(drivers)}"))
+        netdevs = list(dict.fromkeys(p["interfaces"]))
+    else:
+        netdevs = list(drivers)
+    if not netdevs:
+        names = ", ".join(f"{q['device']}/{q['port']}" for q in ports)
+        return dict(result, skipped=True,
+                    skip_reason=f"RoCE port(s) {names} have no netdev under {ib_root}/*/device/net"), None, None
+    found = {name: which(name) for name in TOOLS}  # None when not on PATH (or /sbin dirs)
+    tool, why = choose_tool(p["tool"], [drivers[n] for n in netdevs], found)
+    if tool is None:
+        if p["tool"] != "auto":
+            raise refuse(RoceInputError(
+                f"{host}: tool={p['tool']}: {why}; on PATH: "
+                f"{[n for n, path in found.items() if path] or 'neither dcb nor mlnx_qos'}"))
+        why = f"RoCE netdev(s) {', '.join(netdevs)} found but {why}"
+        return dict(result, skipped=True, skip_reason=why), None, None
+    result["tool"] = tool
+    desired = {"pfc_priority": int(p["pfc_priority"]), "trust": p["trust"], "ecn": bool(p["ecn"])}
+    runner = Runner(run, host, {n: path for n, path in found.items() if path}, float(p["timeout"]), warn)
+    before, after = [], []
+    try:
+        for netdev in netdevs:
+            state, reasons = read_state(runner, netdev, tool, sysfs, drivers[netdev])
+            result["changes"][netdev] = plan(state, desired)
+            missing = [{"what": w, "reason": reasons.get(w, "could not be read")} for w in unmanaged(state, desired)]
+            if missing:
+                result["unsupported"][netdev] = missing
+                for item in missing:
+                    runner.warn(f"{host}: {netdev}: {item['what']} not managed: {item['reason']}")
+            before.append(format_state(netdev, state))
+            after.append(format_state(netdev, after_state(state, result["changes"][netdev])))
+    except StepError as exc:
+        raise refuse(exc) from None
+    result["changed"] = any(result["changes"].values())
+    result["diff"] = {"before": "".join(before), "after": "".join(after)}
+    return result, runner, {n: drivers[n] for n in netdevs}
+
+
+def after_state(state: dict, changes: list) -> dict:
+    """``state`` with ``changes`` applied (for the diff)."""
+    out = copy.deepcopy(state)
+    for change in changes:
+        out[change["what"]] = copy.deepcopy(change["to"])
+    return out

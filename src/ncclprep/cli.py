@@ -5,6 +5,7 @@
     ncclprep validate -i INVENTORY [ARGS...]    the preflight: check, measure, report (validate.yml)
     ncclprep report [RUN] [--compare RUN] [--format md|html|json|junit] [-o FILE]
     ncclprep doctor [--json] FILE...            read a failed job's logs and tool output offline
+    ncclprep node check [--json] [--only C...]  this node's checks, no Ansible (site.yml installs it on every node)
 
 ARGS are passed to ansible-playbook as given (-l, -e, --check, --tags ...). Progress is one
 live line (stage, host, elapsed); -v shows ansible-playbook's own output instead.
@@ -212,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     p.set_defaults(subparser=p)
     sub.add_parser("doctor", help="read a failed job's logs and tool output offline", add_help=False)
+    sub.add_parser("node", help="node check: this node's checks against the intent site.yml installed, "
+                                "no Ansible (also /usr/local/sbin/ncclprep on every node)", add_help=False)
     return parser
 
 
@@ -221,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         from ncclprep.doctor_cmd import doctor_main
 
         return doctor_main(argv[1:])
+    if argv and argv[0] == "node":
+        from ansible.module_utils.ncclprep.nodecheck import main as node_main
+
+        return node_main(argv)
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

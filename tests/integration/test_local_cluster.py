@@ -11,6 +11,7 @@ command's duration is recorded (tests/localcluster.py, NCCLPREP_TIMINGS).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
-from localcluster import BIN, DATASET, DATASET_MAKE, NODES, REPO, STATE, load, playbook, recap, record, run
+from ansible.module_utils.ncclprep.checks import NODE_MODULES, evaluate_node
+from localcluster import BIN, DATASET, DATASET_MAKE, NODES, REPO, STATE, load, on, playbook, recap, record, run
 
 pytestmark = [
     pytest.mark.integration,
@@ -101,6 +103,47 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     assert sorted(data["collectives"]) == ["all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter"]
     assert all(r["busbw_gbps"] > 0 for rows in data["collectives"].values() for r in rows)
 
+
+
+def node_check(node: str, *args: str) -> tuple[int, dict]:
+    """``ncclprep node check --json ARGS`` on ``node`` as site.yml installed it: (exit code, output)."""
+    out = run(["podman", "exec", f"ncclprep-{node}", "ncclprep", "node", "check", "--json", *args], timeout=120)
+    return out.returncode, json.loads(out.stdout) if out.stdout.strip() else {}
+
+
+def test_node_check_gives_the_rows_validate_gives_each_node(cluster):
+    """Issue 24 item 3: on every node, `ncclprep node check` (no Ansible, from what site.yml
+    installed) reads the node as validate.yml did and gives the rows validate.yml's record of that
+    host gives judged alone: same ids, statuses, hosts, messages, measured and expected values.
+    dataset.path is left out: the healthy validate run set preflight_dataset_path with -e, which
+    the node's intent (site.yml's variables) does not have. Then a sysctl changed on one node is
+    a FAIL naming it, exit 1, and the record the command writes holds the same rows."""
+    if not STATE.get("healthy"):
+        pytest.skip("needs the healthy validate run of test_site_is_idempotent_and_validate_passes")
+    only = [m for m in NODE_MODULES if m != "dataset"]
+    for node in NODES:
+        with open(os.path.join(STATE["healthy"], "latest", "hosts", f"{node}.json"), encoding="utf-8") as fh:
+            rec = json.load(fh)
+        want = evaluate_node(node, {"alive": True, "facts": rec["facts"], "intent": rec["intent"]}, only)
+        code, got = node_check(node, "--only", *only)
+        assert code == 0 and got["status"] == "PASS", got
+        assert got["checks"] == want, node
+        assert {"sysctl.net.core.somaxconn", "firewall.ports_free", "nccl_env.ifname"} <= {r["id"] for r in want}
+    mode = on("node1", "stat -c %a:%U /etc/ncclprep/intent.json")
+    assert mode.stdout.strip() == "600:root"
+    before = on("node2", "sysctl -n net.core.somaxconn").stdout.strip()
+    try:
+        assert on("node2", "sysctl -qw net.core.somaxconn=128").returncode == 0
+        code, got = node_check("node2", "--only", "sysctl_tuning")
+        bad = [r for r in got["checks"] if r["status"] == "FAIL"]
+        assert code == 1 and got["status"] == "FAIL"
+        assert [(r["id"], r["hosts"], r["measured"]) for r in bad] == [
+            ("sysctl.net.core.somaxconn", ["node2"], {"node2": "128"})]
+        written = json.loads(on("node2", "cat /var/lib/ncclprep/node-check.json").stdout)
+        assert written["host"] == "node2" and written["checks"] == got["checks"]
+        assert written["facts"]["sysctl_tuning"]["net.core.somaxconn"]["value"] == "128"
+    finally:
+        on("node2", f"sysctl -qw net.core.somaxconn={before}")
 
 def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():
     """A short run of bench/preflight.py and bench/fidelity.py (issue 13) on the provisioned cluster."""

@@ -257,7 +257,7 @@ def test_several_concerns_are_read_in_one_run_each_entry_checked_as_the_flat_for
     assert sorted(wanted) == ["nic_mtu", "rps_rfs"]
     assert wanted["nic_mtu"]["timeout"] == 2.0 and wanted["nic_mtu"]["persist"] == "none"
     assert wanted["rps_rfs"]["backend"] == "auto" and wanted["rps_rfs"]["host_key_types"] == []
-    assert module.requests({"concern": "rps_rfs", "concerns": None, **{k: None for k in module.READER_SPEC},
+    assert module.requests({"concern": "rps_rfs", "concerns": None, **{k: None for k in concern_facts.READER_SPEC},
                             "interface": "eth1"})["rps_rfs"]["interface"] == "eth1"
     for concerns, message in [
         ({"roce_qos": {}}, "concerns: 'roce_qos' is not a concern this module reads (valid: firewall, nccl_env, "

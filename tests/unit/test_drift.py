@@ -333,6 +333,11 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
         ("numa_pinning", "Ensure irqbalance leaves the NIC's IRQs alone"),  # only where irqbalance is installed
         ("torch_runtime", "Copy the wheelhouse to the node"),  # the wheels: versions.torch checks what they install
         ("firewall", "Install the dead-man switch"),  # a tool, not configuration: installed by every run that uses it
+        # the node check (`ncclprep node check`): a tool and the intent it judges by, not configuration a job
+        # reads; every full site.yml run writes them (tests/integration holds its rows to validate.yml's)
+        ("preflight", "Install the node-side core"),
+        ("preflight", "Install the ncclprep command"),
+        ("preflight", "Write this node's intent"),
     }
     writers = ("ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.blockinfile",
                "ansible.builtin.lineinfile", "ansible.builtin.known_hosts")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import importlib
 import os
 
 import pytest
@@ -30,15 +31,23 @@ def doc_blocks(source: str) -> dict[str, str]:
 
 def spec_options(source: str) -> list[str]:
     """Option names of ``AnsibleModule(argument_spec=dict(...))`` in a module's source; a
-    ``**NAME`` in it takes the keywords of the module-level ``NAME = dict(...)``."""
+    ``**NAME`` in it takes the keywords of the module-level ``NAME = dict(...)``, a
+    ``**ALIAS.NAME`` the keys of NAME in the module_utils module imported as ALIAS."""
     tree = ast.parse(source)
     named = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)
              and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)}
+    aliases = {a.asname or a.name: f"{node.module}.{a.name}" for node in tree.body
+               if isinstance(node, ast.ImportFrom) and node.module for a in node.names}
+
+    def spread(value) -> list[str]:
+        if isinstance(value, ast.Attribute):
+            return list(getattr(importlib.import_module(aliases[value.value.id]), value.attr))
+        return [inner.arg for inner in named[value.id].keywords]
+
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "argument_spec" and isinstance(node.value, ast.Call):
             return [kw.arg for kw in node.value.keywords if kw.arg] + [
-                inner.arg for kw in node.value.keywords if kw.arg is None
-                for inner in named[kw.value.id].keywords]
+                name for kw in node.value.keywords if kw.arg is None for name in spread(kw.value)]
     raise AssertionError("no argument_spec=dict(...)")
 
 

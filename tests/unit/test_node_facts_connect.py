@@ -7,9 +7,8 @@ from __future__ import annotations
 import socket
 import threading
 
-from conftest import free_port, load_source
-
-node_facts = load_source("node_facts", "library/node_facts.py")
+from ansible.module_utils.ncclprep import node as node_facts
+from conftest import free_port
 
 
 def test_a_listening_port_answers_on_the_first_try():
@@ -71,8 +70,8 @@ def test_a_look_up_stuck_in_the_resolver_does_not_keep_the_process_past_its_dead
     code = f"""
 import socket, sys, time
 sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
-from conftest import load_source
-nf = load_source("node_facts", "library/node_facts.py")
+import conftest  # noqa: F401  (makes ansible.module_utils.ncclprep importable)
+from ansible.module_utils.ncclprep import node as nf
 socket.getaddrinfo = lambda *a, **k: time.sleep(20)
 print(time.monotonic(), flush=True)
 rows = nf.resolve([{{"host": "h", "names": ["stuck.invalid"], "address": "10.0.0.1"}}], 9, 0.5)

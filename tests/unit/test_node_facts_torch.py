@@ -9,9 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import load_source
-
-node_facts = load_source("node_facts", "library/node_facts.py")
+from ansible.module_utils.ncclprep import node as node_facts
 
 VERSION_PY = """from typing import Optional
 
@@ -24,12 +22,10 @@ hip: Optional[str] = None
 """
 
 
-class Module:
-    """AnsibleModule.run_command as node_facts calls it: (rc, stdout, stderr)."""
-
-    def run_command(self, args):
-        done = subprocess.run(args, capture_output=True, text=True, timeout=60)
-        return done.returncode, done.stdout, done.stderr
+def run(argv, timeout):
+    """The real runner's shape (hostinfo.subprocess_runner): (rc, stdout, stderr)."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
 
 
 def fake_python(tmp_path, version_py: str | None = VERSION_PY):
@@ -47,13 +43,13 @@ def fake_python(tmp_path, version_py: str | None = VERSION_PY):
 
 
 def test_without_the_gpu_driver_the_version_file_is_read_and_torch_is_not_imported(tmp_path):
-    got = node_facts.torch_versions(Module(), fake_python(tmp_path), 30, gpu_driver=False)
+    got = node_facts.torch_versions(run, fake_python(tmp_path), 30, gpu_driver=False)
     assert got == {"torch": "2.12.1+cu128", "torch_cuda": "12.8", "torch_nccl": None, "cudnn": None, "gpus": 0,
                    "torch_error": None}
 
 
 def test_with_the_gpu_driver_torch_is_imported_and_its_error_reported(tmp_path):
-    got = node_facts.torch_versions(Module(), fake_python(tmp_path), 30, gpu_driver=True)
+    got = node_facts.torch_versions(run, fake_python(tmp_path), 30, gpu_driver=True)
     assert got["torch"] is None
     assert got["torch_error"] == "ImportError: libtorch_cpu.so: cannot open shared object"
 
@@ -63,7 +59,7 @@ def test_with_the_gpu_driver_torch_is_imported_and_its_error_reported(tmp_path):
     ("debug = False\n", "no __version__ in"),
 ])
 def test_a_torch_without_a_readable_version_is_an_error(tmp_path, version_py, error):
-    got = node_facts.torch_versions(Module(), fake_python(tmp_path, version_py), 30, gpu_driver=False)
+    got = node_facts.torch_versions(run, fake_python(tmp_path, version_py), 30, gpu_driver=False)
     assert got["torch"] is None and error in got["torch_error"]
 
 
@@ -71,5 +67,5 @@ def test_no_torch_at_all_is_named(tmp_path):
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\nPYTHONPATH= exec {sys.executable} -S \"$@\"\n")
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
-    got = node_facts.torch_versions(Module(), str(python), 30, gpu_driver=False)
+    got = node_facts.torch_versions(run, str(python), 30, gpu_driver=False)
     assert got["torch"] is None and got["torch_error"] == "ModuleNotFoundError: No module named 'torch'"

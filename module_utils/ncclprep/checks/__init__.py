@@ -34,7 +34,7 @@ that is the only form Ansible follows when it ships module_utils with a module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from ansible.module_utils.ncclprep.checks.collectives import (
@@ -76,9 +76,9 @@ from ansible.module_utils.ncclprep.checks.torch_runtime import check_torch
 from ansible.module_utils.ncclprep.checks.versions import check_versions
 
 __all__ = [
-    "BAD", "CONCERN_MODULES", "PREFLIGHT_MODULES", "REGISTRY", "STATUSES", "SUPPORT_MODULES", "Check", "Context",
-    "Entry", "HostRecord", "build_record", "evaluate", "make_check", "overall", "summarize_collectives",
-    "summarize_network", "verdict",
+    "BAD", "CONCERN_MODULES", "NODE_MODULES", "PREFLIGHT_MODULES", "REGISTRY", "STATUSES", "SUPPORT_MODULES",
+    "Check", "Context", "Entry", "HostRecord", "build_record", "evaluate", "evaluate_node", "make_check", "overall",
+    "summarize_collectives", "summarize_network", "verdict",
 ]
 
 
@@ -125,6 +125,14 @@ PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "limits", "links", "
 SUPPORT_MODULES = ("model",)
 #: One check module per concern of playbooks/vars/concerns.yml, in report order.
 CONCERN_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY if e.module not in PREFLIGHT_MODULES))
+#: The check modules that judge a host by its own facts and intent alone, the checks
+#: ``ncclprep node check`` runs on a node (``evaluate_node``): every concern's, and the preflight's
+#: data_plane, limits, links, tools and dataset. The others need the cluster (reachable, versions:
+#: the hosts against each other; network, collectives, smoke: runs between nodes) or the controller
+#: (drift: site.yml's templates rendered again).
+NODE_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY
+                                   if e.module in CONCERN_MODULES or e.module in ("data_plane", "limits", "links",
+                                                                                  "tools", "dataset")))
 
 
 def evaluate(records: dict[str, HostRecord], all_hosts: list[str], min_busbw_gbps: float | None = None,
@@ -150,4 +158,22 @@ def evaluate(records: dict[str, HostRecord], all_hosts: list[str], min_busbw_gbp
     out: list[Check] = []
     for entry in REGISTRY:
         out.extend(entry.check(with_facts if entry.with_facts_only else records, ctx))
+    return out
+
+
+def evaluate_node(host: str, record: HostRecord, only: Iterable[str] | None = None) -> list[Check]:
+    """The checks of NODE_MODULES (``only``: those of these modules; None: all) for one host
+    judged alone: what validate.yml reports from this host's record as the only host, in report
+    order. ``record``: the host's ``HostRecord`` (``ncclprep node check`` gives ``alive``,
+    ``facts`` and ``intent``). Raises ValueError naming an ``only`` entry outside NODE_MODULES."""
+    wanted = NODE_MODULES if only is None else tuple(only)
+    unknown = [m for m in wanted if m not in NODE_MODULES]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not a check of one node; valid: {', '.join(NODE_MODULES)}")
+    ctx = Context(all_hosts=(host,))
+    records = {host: record} if (record or {}).get("facts") else {}
+    out: list[Check] = []
+    for entry in REGISTRY:
+        if entry.module in wanted:
+            out.extend(entry.check(records, ctx))
     return out

@@ -1,0 +1,293 @@
+"""What node_facts reads off a node: versions, interfaces, the data plane, limits, tracked sysctl
+values, name resolution of every cluster name, port counters, GIDs, the training data and the
+node's own tools (hostinfo). ``read_facts`` is the whole reading; library/node_facts.py runs it
+as an Ansible module and ``ncclprep node check`` (module_utils/ncclprep/nodecheck.py) runs it
+without Ansible, so both see the same node the same way.
+
+Commands run through a ``run(argv, timeout_s) -> (rc, stdout, stderr)`` (hostinfo's
+``subprocess_runner`` on a node) and tools are found with ``which(name) -> path | None``, so
+tests pass fakes. Every step that may block (name look-ups, TCP connects, the torch import) has
+a deadline. torch is imported only where the NVIDIA driver is loaded; elsewhere its version and
+CUDA build are read from torch/version.py. Standard library only: this module runs on the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import threading
+import time
+
+from ansible.module_utils.ncclprep.dataset import read_dataset
+from ansible.module_utils.ncclprep.hostinfo import Runner, Which
+from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
+from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
+from ansible.module_utils.ncclprep.portstate import read_counters, read_gids
+from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
+from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
+
+#: The options of a node reading (node_facts' options but ``into``) and their defaults.
+OPTIONS = {"cidr": None, "interface": None, "sysctl_keys": [], "names": [], "connect_port": 22,
+           "torch_python": None, "timeout": 5.0, "dataset_path": None}
+
+_TORCH_PROBE = (
+    "import json, torch\n"
+    "nccl = None\n"
+    "try:\n"
+    "    nccl = '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None\n"
+    "except Exception:\n"
+    "    pass\n"
+    "cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None\n"
+    "print(json.dumps({'torch': torch.__version__, 'torch_cuda': torch.version.cuda, 'torch_nccl': nccl,\n"
+    "                  'cudnn': str(cudnn) if cudnn else None,\n"
+    "                  'gpus': torch.cuda.device_count() if torch.cuda.is_available() else 0}))\n"
+)
+# On a node without the NVIDIA driver torch can see no GPU, NCCL or cuDNN: its version and
+# CUDA build are read from torch/version.py (the assignments torch.__version__ and
+# torch.version.cuda come from) without importing torch, which costs seconds of CPU on every
+# node. The collectives import torch in the same run, so a torch that cannot load still fails.
+_TORCH_VERSION_FILE = (
+    "import ast, importlib.util, json, os\n"
+    "spec = importlib.util.find_spec('torch')\n"
+    "if spec is None or not spec.submodule_search_locations:\n"
+    "    raise SystemExit(\"ModuleNotFoundError: No module named 'torch'\")\n"
+    "path = os.path.join(list(spec.submodule_search_locations)[0], 'version.py')\n"
+    "v = {}\n"
+    "for node in ast.parse(open(path, encoding='utf-8').read()).body:\n"
+    "    target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, 'target', None)\n"
+    "    if isinstance(target, ast.Name) and isinstance(getattr(node, 'value', None), ast.Constant):\n"
+    "        v[target.id] = node.value.value\n"
+    "if not isinstance(v.get('__version__'), str):\n"
+    "    raise SystemExit(f'no __version__ in {path}')\n"
+    "print(json.dumps({'torch': v['__version__'], 'torch_cuda': v.get('cuda'), 'torch_nccl': None,\n"
+    "                  'cudnn': None, 'gpus': 0}))\n"
+)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def interfaces(run: Runner, timeout: float = 10.0) -> dict:
+    """Interfaces from sysfs (mtu, operstate) and `ip -j addr` (addresses with prefix): name ->
+    ``{mtu (bytes, None unreadable), operstate, addresses ["<ip>/<prefix>"]}``. Never raises."""
+    out: dict = {}
+    for name in sorted(os.listdir("/sys/class/net")):
+        mtu = _read(f"/sys/class/net/{name}/mtu")
+        out[name] = {
+            "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+            "operstate": _read(f"/sys/class/net/{name}/operstate"),
+            "addresses": [],
+        }
+    rc, stdout, _ = run(["ip", "-j", "addr", "show"], timeout)
+    if rc == 0:
+        try:
+            for link in json.loads(stdout):
+                entry = out.setdefault(link.get("ifname"), {"mtu": link.get("mtu"), "operstate": None,
+                                                            "addresses": []})
+                entry["addresses"] = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+                                      if "local" in a]
+        except (ValueError, KeyError, TypeError):
+            pass
+    return out
+
+
+#: Pause (seconds) before the one retry of a failed connect: a transient refusal or reset (a
+#: peer's sshd or firewall busy for a moment) clears; a port that is closed or filtered fails twice.
+RETRY_PAUSE_S = 0.5
+
+
+def connect(address: str, port: int, timeout: float, pause: float = RETRY_PAUSE_S) -> dict:
+    """TCP connect to ``address:port`` under ``timeout`` seconds, once more after ``pause`` when
+    the first fails. Returns ``{"reachable": bool, "error": str | None, "retried": [first error]
+    when the second try reached it, else []}``."""
+    errors = []
+    for attempt in range(2):
+        if attempt:
+            time.sleep(pause)
+        try:
+            with socket.create_connection((address, port), timeout=timeout):
+                return {"reachable": True, "error": None, "retried": errors}
+        except OSError as exc:
+            errors.append(f"{address}:{port} unreachable: {exc}")
+    return {"reachable": False, "error": errors[-1], "retried": []}
+
+
+def resolve(entries: list, port: int, timeout: float) -> list:
+    """Resolve every name of every entry and connect to the expected address, each under a deadline.
+
+    A connect that fails is tried once more after RETRY_PAUSE_S: when that one reaches the address
+    the row is reachable with ``retried`` holding the first error (names.reachable then warns
+    instead of failing); a second failure keeps the second error. The whole look-up of one name
+    stays under ``timeout * 2 + 1`` s."""
+    jobs = [(e.get("host"), name, e.get("address")) for e in entries for name in e.get("names", [])]
+
+    def one(job):
+        host, name, expected = job
+        row = {"host": host, "name": name, "expected": expected, "addresses": [],
+               "reachable": None, "error": None, "retried": []}
+        try:
+            infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            # in the resolver's order: the first is what torch.distributed and Gloo take
+            row["addresses"] = list(dict.fromkeys(i[4][0] for i in infos))
+        except socket.gaierror as exc:
+            row["error"] = f"cannot resolve: {exc}"
+            return row
+        target = expected if expected in row["addresses"] else row["addresses"][0]
+        row.update(connect(target, port, timeout / 2))
+        return row
+
+    if not jobs:
+        return []
+    # daemon threads, not a ThreadPoolExecutor: the interpreter joins an executor's threads at
+    # exit, so a getaddrinfo stuck in NSS (sssd, LDAP) kept the module alive past the deadline
+    done: dict[int, dict] = {}
+    todo = list(enumerate(jobs))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, job = todo.pop(0)
+            done[i] = one(job)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(32, len(jobs)))]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + timeout * 2 + 1
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    rows = []
+    for i, job in enumerate(jobs):
+        rows.append(done.get(i) or {
+            "host": job[0], "name": job[1], "expected": job[2], "addresses": [], "reachable": None,
+            "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s", "retried": []})
+    return rows
+
+
+def torch_versions(run: Runner, python: str, timeout: float, gpu_driver: bool = True) -> dict:
+    """torch, CUDA and NCCL versions from the venv's python (None values when absent).
+
+    ``gpu_driver``: whether the NVIDIA driver is loaded here; without it torch is not imported
+    and only ``torch`` and ``torch_cuda`` are read, from torch/version.py (``gpus`` 0, ``torch_nccl``
+    and ``cudnn`` None). ``timeout``: seconds the python may run. A python that fails gives the
+    last line of its stderr in ``torch_error``.
+    """
+    empty = {"torch": None, "torch_cuda": None, "torch_nccl": None, "cudnn": None, "gpus": 0, "torch_error": None}
+    if not python or not os.path.exists(python):
+        return dict(empty, torch_error=f"{python} does not exist")
+    script = _TORCH_PROBE if gpu_driver else _TORCH_VERSION_FILE
+    rc, stdout, stderr = run([python, "-c", script], timeout)
+    if rc != 0:
+        return dict(empty, torch_error=(stderr.strip().splitlines() or [f"exit {rc}"])[-1])
+    try:
+        return dict(empty, **json.loads(stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return dict(empty, torch_error=f"unreadable output: {stdout[:200]!r}")
+
+
+# Where the system's libnccl and CUDA toolkit live on Ubuntu (the NVIDIA packages' paths).
+LIBNCCL_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/cuda/lib64", "/usr/lib64")
+CUDA_FILES = ("/usr/local/cuda/version.json", "/usr/local/cuda/version.txt")
+
+
+def system_versions() -> dict:
+    """NVIDIA driver, CUDA toolkit and system libnccl versions (None where absent)."""
+    driver = parse_nvidia_driver(_read("/proc/driver/nvidia/version"))
+    cuda = next((v for v in (parse_cuda_version(_read(f)) for f in CUDA_FILES) if v), None)
+    nccl = None
+    for folder in LIBNCCL_DIRS:
+        link = os.path.join(folder, "libnccl.so.2")
+        if os.path.exists(link):
+            nccl = libnccl_version(os.path.basename(os.path.realpath(link)))
+            break
+    return {"driver": driver, "cuda": cuda, "libnccl": nccl}
+
+
+def limits() -> dict:
+    """What limits a job's ranks here: ``memlock`` (soft RLIMIT_MEMLOCK in bytes, None for
+    unlimited; RDMA registers memory under it), ``shm_bytes`` (size of /dev/shm, where NCCL's
+    SHM transport and DataLoader workers put their buffers; None when absent) and
+    ``rdma_devices`` (/sys/class/infiniband: IB and RoCE HCAs)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    try:
+        st = os.statvfs("/dev/shm")
+        shm = st.f_blocks * st.f_frsize
+    except OSError:
+        shm = None
+    try:
+        rdma = sorted(os.listdir("/sys/class/infiniband"))
+    except OSError:
+        rdma = []
+    return {"memlock": None if soft == resource.RLIM_INFINITY else soft, "shm_bytes": shm, "rdma_devices": rdma}
+
+
+def read_facts(options: dict, run: Runner, which: Which) -> dict:
+    """The node's facts (library/node_facts.py RETURN: hostname, versions, interfaces, limits,
+    data_plane, cidr, sysctl_tuning, host_names, counters, rdma_gids, dataset, hostinfo).
+
+    ``options``: OPTIONS' keys (absent ones take OPTIONS' defaults): ``cidr`` of the data plane
+    (required), ``interface`` (None: found from the cidr), ``sysctl_keys`` to read, ``names``
+    (the host_names intent: ``[{host, address, names}]``), ``connect_port`` (TCP port that proves
+    a resolved address reachable), ``torch_python``, ``timeout`` (seconds per look-up or
+    connect), ``dataset_path`` (None: none). Raises ValueError naming the option for a bad cidr
+    or sysctl key; never for what it finds on the node.
+    """
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; valid: {sorted(OPTIONS)}")
+    p = dict(OPTIONS, **options)
+    try:
+        parse_cidr(p["cidr"])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"cidr: {exc}") from exc
+    for key in p["sysctl_keys"]:
+        try:
+            proc_path(key)
+        except ValueError as exc:
+            raise ValueError(f"sysctl_keys: {exc}") from exc
+    me = socket.gethostname()
+    ifaces = interfaces(run)
+    addr_map = {name: info["addresses"] for name, info in ifaces.items()}
+    if p["interface"]:
+        found = iface_for_cidr({p["interface"]: addr_map.get(p["interface"], [])}, p["cidr"])
+    else:
+        found = iface_for_cidr(addr_map, p["cidr"])
+    data_plane = None
+    if found:
+        name, address = found
+        data_plane = {"interface": name, "address": address, "mtu": ifaces[name]["mtu"],
+                      "operstate": ifaces[name]["operstate"]}
+    live = read_live(p["sysctl_keys"])
+    sysctl = {key: {"value": value, "writable": value is not None and os.access(proc_path(key), os.W_OK)}
+              for key, value in live.items()}
+    system = system_versions()
+    timeout = float(p["timeout"])
+    return {
+        "hostname": me,
+        "versions": dict(kernel=platform.release(), python=platform.python_version(), **system,
+                         **torch_versions(run, p["torch_python"], max(timeout, 60),
+                                          gpu_driver=system["driver"] is not None)),
+        "interfaces": ifaces,
+        "limits": limits(),
+        "data_plane": data_plane,
+        "cidr": p["cidr"],
+        "sysctl_tuning": sysctl,
+        "host_names": resolve(p["names"], int(p["connect_port"]), timeout),
+        "counters": read_counters("/sys", [data_plane["interface"]] if data_plane else []),
+        "rdma_gids": read_gids("/sys"),
+        "dataset": read_dataset(p["dataset_path"], max(timeout, 10.0)) if p["dataset_path"] else None,
+        # read-only tools that may be absent (None then); each command under its own deadline
+        "hostinfo": collect_hostinfo(run, which, max(timeout, 10.0), me,
+                                     interface=data_plane["interface"] if data_plane else None),
+    }

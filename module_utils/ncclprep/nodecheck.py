@@ -1,0 +1,209 @@
+"""``ncclprep node check``: a node's checks without Ansible, from what site.yml installed.
+
+site.yml installs this package on every node (``/opt/ncclprep/lib/ncclprep-core.zip``, run by
+``/usr/local/sbin/ncclprep``) with the intent it computed for that node in ``INTENT_FILE``
+(mode 0600, root), the document ``intent_document`` reads::
+
+    {"version": 1, "host": inventory name,
+     "node": {node.OPTIONS: the data-plane cidr and interface, sysctl keys, names to resolve ...},
+     "readers": {concern: its reader options (concern_facts.READER_SPEC)},
+     "roce_qos": roce.SURVEY_OPTIONS or null (the concern off),
+     "intent": {concern: <concern>_intent, or null where it is off}}
+
+``read_node`` reads the node as validate.yml does (node.read_facts, every concern's reader,
+roce.survey, the TCP listeners from ``ss``) and ``checks.evaluate_node`` judges it with the
+same check functions, so a node's rows carry the ids, statuses and messages validate.yml gives
+that host judged alone (checks.NODE_MODULES: the checks that need no other node). A Slurm
+prolog or a health check calls it before a job; it needs no controller and no network.
+
+Exit codes: 0 every check passed (WARN and SKIP pass), 1 a check failed or hung, 2 bad usage,
+3 could not run (no intent file or an unreadable one, a reader that crashed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import traceback
+
+from ansible.module_utils.ncclprep import concern_facts, node, roce
+from ansible.module_utils.ncclprep.checks import BAD, NODE_MODULES, evaluate_node
+from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
+from ansible.module_utils.ncclprep.parsers.ss import parse_ss_listen
+
+INTENT_FILE = "/etc/ncclprep/intent.json"
+#: The record of the last run: {host, generated_at, alive, facts, intent, checks}, the shape of
+#: validate.yml's hosts/<host>.json.
+RECORD_FILE = "/var/lib/ncclprep/node-check.json"
+INTENT_VERSION = 1
+EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
+#: Where tools live besides PATH (AnsibleModule.get_bin_path looks there too).
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+
+class CouldNotRun(Exception):
+    """The node could not be checked (exit 3); the message says what and where."""
+
+
+def which(name: str) -> str | None:
+    """``name``'s path on PATH or in SBIN_DIRS, as AnsibleModule.get_bin_path finds it; None: absent."""
+    path = os.pathsep.join([os.environ.get("PATH", os.defpath), *SBIN_DIRS])
+    return shutil.which(name, path=path)
+
+
+def intent_document(path: str = INTENT_FILE) -> dict:
+    """The intent document at ``path`` (module docstring). Raises CouldNotRun naming the path when
+    it is absent, not JSON, of another version, or without its keys."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise CouldNotRun(f"{path} does not exist: run site.yml on this node first (it writes the intent)") from None
+    except (OSError, ValueError) as exc:
+        raise CouldNotRun(f"{path} cannot be read: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("version") != INTENT_VERSION:
+        raise CouldNotRun(f"{path}: version {doc.get('version') if isinstance(doc, dict) else None!r}, this "
+                          f"command reads version {INTENT_VERSION}: run site.yml again with this ncclprep")
+    missing = [k for k in ("host", "node", "readers", "intent") if not isinstance(doc.get(k), (dict, str))]
+    if missing:
+        raise CouldNotRun(f"{path}: no {', '.join(missing)}: run site.yml again")
+    return doc
+
+
+def listening(run=subprocess_runner, timeout: float = 10.0) -> list[dict] | None:
+    """The TCP listeners ``[{port, address, pid, name}]`` (parsers.ss), None when ss is not here or
+    failed (firewall.ports_free then leaves this host out, as validate.yml does)."""
+    if not which("ss"):
+        return None
+    rc, out, _ = run(["ss", "-Htlnp"], timeout)
+    return parse_ss_listen(out) if rc == 0 else None
+
+
+def _wanted_readers(doc: dict, only: tuple[str, ...] | None) -> dict:
+    return {c: o for c, o in doc["readers"].items() if only is None or c in only}
+
+
+def read_node(doc: dict, only: tuple[str, ...] | None = None, run=subprocess_runner) -> dict:
+    """This node's facts as validate.yml reads them (``ansible_facts.ncclprep``): node.read_facts
+    with ``doc["node"]`` (skipped when ``only`` names none of its checks), each concern of
+    ``doc["readers"]`` (the firewall's with the listeners of ``listening``) and roce_qos through
+    roce.survey. Raises CouldNotRun naming the concern whose reading failed."""
+    facts: dict = {}
+    if only is None or set(only) - set(doc["readers"]) - {"roce_qos"}:
+        try:
+            facts.update(node.read_facts(doc["node"], run, which))
+        except ValueError as exc:
+            raise CouldNotRun(f"node: {exc} (from {INTENT_FILE})") from None
+    for concern, options in _wanted_readers(doc, only).items():
+        try:
+            opts = concern_facts.reader_options(concern, options)
+            if concern == "firewall":
+                opts["listening"] = listening(run, opts["timeout"])
+            facts[concern] = concern_facts.READERS[concern](run, opts)
+        except ValueError as exc:
+            raise CouldNotRun(f"{concern}: {exc}") from None
+    if doc.get("roce_qos") is not None and (only is None or "roce_qos" in only):
+        try:
+            result, _, _ = roce.survey(doc["roce_qos"], run, which, socket.gethostname())
+        except (roce.RoceInputError, roce.StepError) as exc:
+            raise CouldNotRun(f"roce_qos: {exc}") from None
+        facts["roce_qos"] = {k: result.get(k) for k in ("ports", "changes", "unsupported", "skipped", "skip_reason",
+                                                        "tool")}
+    return facts
+
+
+def check(doc: dict, facts: dict, only: tuple[str, ...] | None = None) -> list[dict]:
+    """The rows of checks.evaluate_node for this node's record (alive, ``facts``, the intent of
+    ``doc``)."""
+    return evaluate_node(doc["host"], {"alive": True, "facts": facts, "intent": doc["intent"]}, only)
+
+
+def write_record(path: str, doc: dict, facts: dict, rows: list[dict]) -> None:
+    """The run's record at ``path`` (RECORD_FILE's shape), written atomically, mode 0600.
+    Raises OSError when it cannot be written."""
+    record = {"host": doc["host"], "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "alive": True, "facts": facts, "intent": doc["intent"], "checks": rows}
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".node-check.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def render_text(host: str, rows: list[dict]) -> str:
+    """One line per check (status, id, message), then the verdict."""
+    bad = [r for r in rows if r["status"] in BAD]
+    lines = [f"{r['status']:<4}  {r['id']}  {' '.join(str(r.get('message') or '').split())}" for r in rows]
+    lines.append(f"{host}: {'FAIL' if bad else 'PASS'}, {len(rows)} checks, {len(bad)} failed or hung")
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ncclprep node check", allow_abbrev=False,
+        description="Read this node and run the checks validate.yml runs on it, against the intent site.yml "
+                    f"installed ({INTENT_FILE}); no Ansible, no controller, no network.",
+        epilog="exit codes: 0 all passed; 1 a check failed or hung; 2 bad usage; 3 could not run "
+               "(no intent file, a reader crashed).")
+    p.add_argument("--json", action="store_true", help="print {host, status, checks, record} as JSON")
+    p.add_argument("--only", nargs="+", metavar="CONCERN", choices=NODE_MODULES,
+                   help=f"only these checks' modules ({', '.join(NODE_MODULES)})")
+    p.add_argument("--intent", default=INTENT_FILE, help=f"the intent document (default {INTENT_FILE})")
+    p.add_argument("--record", default=RECORD_FILE,
+                   help=f"where the run's record goes (default {RECORD_FILE}); '-' writes none")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``ncclprep node check [--json] [--only CONCERN...]``: the exit code (module docstring)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:2] != ["node", "check"]:
+        print("usage: ncclprep node check [--json] [--only CONCERN ...] [--intent PATH] [--record PATH]",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        opts = parser().parse_args(args[2:])
+    except SystemExit as exc:
+        return EXIT_PASS if exc.code == 0 else EXIT_USAGE
+    only = tuple(opts.only) if opts.only else None
+    try:
+        doc = intent_document(opts.intent)
+        facts = read_node(doc, only)
+        rows = check(doc, facts, only)
+    except CouldNotRun as exc:
+        print(f"ncclprep node check: {socket.gethostname()}: {exc}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
+    except Exception:  # a reader or check that crashed: say where, exit 3, never a traceback alone
+        print(f"ncclprep node check: {socket.gethostname()}: crashed:\n{traceback.format_exc()}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
+    record = None if opts.record == "-" else opts.record
+    if record:
+        try:
+            write_record(record, doc, facts, rows)
+        except OSError as exc:
+            print(f"ncclprep node check: cannot write the record {record}: {exc}", file=sys.stderr)
+            return EXIT_COULD_NOT_RUN
+    failed = any(r["status"] in BAD for r in rows)
+    if opts.json:
+        print(json.dumps({"host": doc["host"], "status": "FAIL" if failed else "PASS", "checks": rows,
+                          "record": record}, indent=2, sort_keys=True, default=str))
+    else:
+        print(render_text(doc["host"], rows))
+    return EXIT_FAILED if failed else EXIT_PASS
+
+
+if __name__ == "__main__":
+    sys.exit(main())
