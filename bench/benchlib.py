@@ -187,6 +187,34 @@ def stage_times(run_: Run, stage_of, first: str = "start") -> tuple[dict[str, fl
     return stages, tasks
 
 
+#: Actions that run on the controller only (no module run on the node).
+CONTROLLER_ACTIONS = frozenset(f"{prefix}{name}" for prefix in ("", "ansible.builtin.", "ansible.legacy.")
+                               for name in ("set_fact", "include_role", "include_tasks", "import_role",
+                                            "import_tasks", "assert", "debug", "fail", "meta", "include_vars",
+                                            "add_host", "group_by", "validate_argument_spec", "pause"))
+
+
+def host_work(doc: dict) -> dict[str, dict[str, int]]:
+    """Per host of an ansible.posix.json document: ``tasks`` (task results that ran, a loop's
+    items and an ``until``'s retries each counted) and ``module_runs`` (those that ran a module
+    on the node: not CONTROLLER_ACTIONS, not delegated to the controller). Skipped items and tasks
+    count in neither. Source of the counting rule: issue 24, item 2 ("loop items and retries
+    counted")."""
+    out: dict[str, dict[str, int]] = {}
+    for play in doc.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, res in (task.get("hosts") or {}).items():
+                items = res.get("results") if isinstance(res.get("results"), list) else [res]
+                ran = [i for i in items if isinstance(i, dict) and not i.get("skipped")]
+                n = sum(max(1, int(i.get("attempts") or 1)) for i in ran)
+                counts = out.setdefault(host, {"tasks": 0, "module_runs": 0})
+                counts["tasks"] += n
+                delegated = (res.get("_ansible_delegated_vars") or {}).get("ansible_host") in ("localhost", "127.0.0.1")
+                if res.get("action") not in CONTROLLER_ACTIONS and not delegated:
+                    counts["module_runs"] += n
+    return out
+
+
 def recap(run_: Run) -> dict[str, dict]:
     """The play recap of an ansible.posix.json document: per host ok, changed, failures, ..."""
     return run_.json().get("stats", {})

@@ -44,7 +44,9 @@ import tempfile
 import benchlib
 
 STAGES = ["start", "facts", "checks", "net_probe", "nccl_probe", "torchrun", "report", "exit"]
-STAGE_OF_FILE = {"main.yml": "facts", "facts.yml": "facts", "concerns.yml": "checks",
+# (facts.yml: node_facts and ssh_mesh before the node was read in one run in read.yml; kept for --against)
+STAGE_OF_FILE = {"main.yml": "facts", "facts.yml": "facts", "read.yml": "facts", "ssh.yml": "facts",
+                 "concerns.yml": "checks",
                  "drift.yml": "checks", "net.yml": "net_probe", "probe.yml": "nccl_probe", "blame.yml": "nccl_probe",
                  "smoke.yml": "torchrun", "report.yml": "report", "wait_job.yml": None}
 CORES = os.cpu_count() or 1
@@ -62,6 +64,20 @@ def stage_of(task: dict) -> str | None:
     if "/roles/preflight/" in path:
         return STAGE_OF_FILE.get(os.path.basename(path))
     return "checks" if "/roles/" in path else "facts"
+
+
+def work_line(runs: list) -> str:
+    """Medians over ``runs`` of the tasks and module runs of the second host (the first is also the
+    rendezvous and report host) and of the most on any host (benchlib.host_work)."""
+    works = [benchlib.host_work(r[0].json()) for r in runs]
+    second = [w[sorted(w)[1]] for w in works if len(w) > 1]
+    most = [{k: max(c[k] for c in w.values()) for k in ("tasks", "module_runs")} for w in works if w]
+
+    def med(rows, key):
+        return statistics.median(r[key] for r in rows) if rows else float("nan")
+
+    return (f"second host {med(second, 'tasks'):.0f} tasks, {med(second, 'module_runs'):.0f} module runs; "
+            f"most on a host {med(most, 'tasks'):.0f} tasks, {med(most, 'module_runs'):.0f} module runs")
 
 
 def one_run(inventory: str, reports: str, extra: list[str], timeout: int,
@@ -147,6 +163,7 @@ def measure(ap: argparse.ArgumentParser, args: argparse.Namespace, other: str | 
         node_cpu_s = statistics.median(node_cpu) if node_cpu else float("nan")
         print(f"{n:5d} {med_wall[n]:7.1f} " + " ".join(f"{c:10.1f}" for c in cells) + f" {cpu:9.1f} {rss:10.0f}"
               f" {node_cpu_s:11.1f} {(cpu + node_cpu_s) / CORES:11.1f}")
+        print(f"      per host: {work_line(runs)}")
         if args.baseline:
             base = statistics.median(r[0].wall_s for r in by_variant["baseline"])
             print(f"      without net_probe and drift {base:.1f} s; full / baseline {med_wall[n] / base:.2f}")
@@ -155,6 +172,7 @@ def measure(ap: argparse.ArgumentParser, args: argparse.Namespace, other: str | 
             rev_wall = statistics.median(r[0].wall_s for r in rev)
             rev_cpu = [statistics.median(r[0].cpu_s for r in rev),
                        statistics.median(r[0].nodes_cpu_s or 0.0 for r in rev)]
+            print(f"      {args.against} per host: {work_line(rev)}")
             print(f"      {args.against}: {rev_wall:.1f} s; this tree / {args.against}: "
                   f"wall {med_wall[n] / rev_wall:.2f}, controller CPU {cpu / rev_cpu[0]:.2f}, nodes CPU "
                   f"{node_cpu_s / rev_cpu[1] if rev_cpu[1] else float('nan'):.2f}")

@@ -7,49 +7,61 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: node_facts
-short_description: Read what validate.yml checks on a node (read-only)
+short_description: Read everything validate.yml checks on a node, in one run (read-only)
 description:
-  - Returns C(ansible_facts.ncclprep) with versions, network interfaces, the data-plane
-    interface, tracked sysctl values and host name resolution of every cluster name.
+  - "Returns C(ansible_facts.ncclprep): with O(node), the node's versions, network interfaces, the
+    data-plane interface, tracked sysctl values, host name resolution of every cluster name, limits,
+    port counters, GIDs, the dataset and the tools' output; with O(concerns), each concern's live
+    state (C(ansible_facts.ncclprep.<concern>), module_utils/ncclprep/concern_facts.py); with
+    O(roce_qos), the RoCE ports and what differs from the settings (C(ansible_facts.ncclprep.roce_qos))."
+  - "One process reads it all (module_utils/ncclprep/node.py read_node), as C(ncclprep node check)
+    reads a node without Ansible: validate.yml and site.yml's checking play read each node in one
+    module run (roles/preflight/tasks/read.yml)."
   - Never changes anything; runs in check mode too and always returns C(changed=false).
-  - Every step that may block (name look-ups, TCP connects, the torch import) has a deadline.
+  - Every step that may block (name look-ups, TCP connects, commands, the torch import) has a deadline.
   - torch is imported only where the NVIDIA driver is loaded; elsewhere its version and CUDA build
     are read from torch/version.py (no GPU, NCCL or cuDNN to ask torch about).
 options:
-  cidr: {type: str, required: true, description: CIDR of the data-plane network.}
-  interface: {type: str, description: Data-plane interface name; null finds it from O(cidr).}
-  sysctl_keys: {type: list, elements: str, default: [], description: Sysctl keys to read.}
-  names:
-    type: list
-    elements: dict
-    default: []
+  node:
+    type: dict
     description:
-      - "Host name entries to resolve: C({host, address, names}) (the host_names intent). Each
-        name must resolve to C(address), and C(address):O(connect_port) must accept TCP."
-  connect_port: {type: int, default: 22, description: TCP port used to prove a resolved address is reachable.}
-  torch_python: {type: path, description: Python of the torch venv whose torch and NCCL versions to read.}
-  timeout: {type: float, default: 5.0, description: Deadline in seconds for each look-up or connect.}
-  dataset_path:
-    type: path
+      - "The node reading's options (module_utils/ncclprep/node.py OPTIONS): C(cidr) of the data plane
+        (required), C(interface) (null finds it from the cidr), C(sysctl_keys) to read, C(names) (the
+        host_names intent C([{host, address, names}]): each name must resolve to C(address), and
+        C(address):C(connect_port) must accept TCP), C(connect_port) (22), C(torch_python) (the torch
+        venv's python), C(timeout) (seconds per look-up or connect, 5), C(dataset_path) (the training
+        data, read under max(timeout, 10) s; null reads none)."
+      - null reads none of it (site.yml's checking play reads the concerns only).
+  concerns:
+    type: dict
+    default: {}
     description:
-      - The training data (a folder or a file) every node must read; null reads none. Stat, listing and
-        a one-byte read of one file run under max(O(timeout), 10) s (a hung network mount is reported, not waited on).
+      - "C({<concern>: options}): each concern's reader options (module_utils/ncclprep/concern_facts.py
+        READER_SPEC; each role's C(<role>_reader)); the firewall's TCP listeners are read here with
+        C(ss -Htlnp)."
+  roce_qos:
+    type: dict
+    description: "roce_qos's reading options (module_utils/ncclprep/roce.py SURVEY_OPTIONS, the role's
+      C(roce_qos_survey)); null reads none."
   into:
     type: dict
     default: {}
     description:
-      - The current C(ansible_facts.ncclprep) (the concerns' facts from concern_facts), returned with
-        these keys added.
+      - The current C(ansible_facts.ncclprep), returned with these keys added.
 author: ncclprep contributors
 """
 
 EXAMPLES = r"""
-- name: Read the node's facts
+- name: Read the node and two concerns in one run
   node_facts:
-    cidr: 10.0.0.0/24
-    sysctl_keys: [net.core.somaxconn]
-    names: "{{ host_names_intent }}"
-    torch_python: /opt/ncclprep/venv/bin/python
+    node:
+      cidr: 10.0.0.0/24
+      sysctl_keys: [net.core.somaxconn]
+      names: "{{ host_names_intent }}"
+      torch_python: /opt/ncclprep/venv/bin/python
+    concerns:
+      rps_rfs: {interface: eth0}
+      nccl_env: {env_files: [/etc/ncclprep/nccl.env, /etc/nccl.conf]}
 """
 
 RETURN = r"""
@@ -90,30 +102,26 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
-from ansible.module_utils.ncclprep.node import OPTIONS, read_facts
+from ansible.module_utils.ncclprep.node import ReadError, read_node
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            cidr=dict(type="str", required=True),
-            interface=dict(type="str"),
-            sysctl_keys=dict(type="list", elements="str", default=[]),
-            names=dict(type="list", elements="dict", default=[]),
-            connect_port=dict(type="int", default=22),
-            torch_python=dict(type="path"),
-            timeout=dict(type="float", default=5.0),
+            node=dict(type="dict"),
+            concerns=dict(type="dict", default={}),
+            roce_qos=dict(type="dict"),
             into=dict(type="dict", default={}),
-            dataset_path=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     try:
-        facts = read_facts({k: p[k] for k in OPTIONS}, subprocess_runner, module.get_bin_path)
-    except ValueError as exc:
+        facts = read_node({"node": p["node"], "readers": p["concerns"], "roce_qos": p["roce_qos"]},
+                          run=subprocess_runner, which=module.get_bin_path)
+    except ReadError as exc:
         module.fail_json(msg=f"{socket.gethostname()}: {exc}")
-    # Ansible replaces a top-level fact wholesale: keep what concern_facts read before.
+    # Ansible replaces a top-level fact wholesale: keep what was read before.
     module.exit_json(changed=False, ansible_facts={"ncclprep": dict(p["into"] or {}, **facts)})
 
 

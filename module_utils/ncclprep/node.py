@@ -16,17 +16,29 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import threading
 import time
 
+from ansible.module_utils.ncclprep import concern_facts, roce
 from ansible.module_utils.ncclprep.dataset import read_dataset
-from ansible.module_utils.ncclprep.hostinfo import Runner, Which
+from ansible.module_utils.ncclprep.hostinfo import Runner, Which, subprocess_runner
 from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
+from ansible.module_utils.ncclprep.parsers.ss import parse_ss_listen
 from ansible.module_utils.ncclprep.portstate import read_counters, read_gids
 from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
 from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
+
+#: Where tools live besides PATH (AnsibleModule.get_bin_path looks there too).
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+def find_tool(name: str) -> str | None:
+    """``name``'s path on PATH or in SBIN_DIRS, as AnsibleModule.get_bin_path finds it; None: absent."""
+    path = os.pathsep.join([os.environ.get("PATH", os.defpath), *SBIN_DIRS])
+    return shutil.which(name, path=path)
+
 
 #: The options of a node reading (node_facts' options but ``into``) and their defaults.
 OPTIONS = {"cidr": None, "interface": None, "sysctl_keys": [], "names": [], "connect_port": 22,
@@ -291,3 +303,59 @@ def read_facts(options: dict, run: Runner, which: Which) -> dict:
         "hostinfo": collect_hostinfo(run, which, max(timeout, 10.0), me,
                                      interface=data_plane["interface"] if data_plane else None),
     }
+
+
+def listening(run: Runner, which: Which, timeout: float = 10.0) -> list[dict] | None:
+    """The TCP listeners ``[{port, address, pid, name}]`` (parsers.ss), None when ss is not here or
+    failed (firewall.ports_free then leaves this host out, as validate.yml does)."""
+    if not which("ss"):
+        return None
+    rc, out, _ = run(["ss", "-Htlnp"], timeout)
+    return parse_ss_listen(out) if rc == 0 else None
+
+
+class ReadError(ValueError):
+    """A reading refused its options, or a command of roce_qos's failed; names what and where."""
+
+
+def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None = None,
+              which: Which | None = None) -> dict:
+    """Everything validate.yml reads on a node, in one process (``ansible_facts.ncclprep``):
+    ``read_facts`` with ``doc["node"]`` (None, or ``only`` naming none of its checks: not read),
+    each concern of ``doc["readers"]`` ({concern: options of concern_facts.READER_SPEC}; the
+    firewall's with the TCP listeners of ``listening``) and roce_qos through roce.survey with
+    ``doc["roce_qos"]`` (None: off). ``only``: concern or check-module names to read for (None:
+    all). ``run``/``which``: hostinfo.subprocess_runner and ``which`` by default. The node
+    command (nodecheck.py) and the node_facts module both read through here.
+
+    Raises ReadError naming the concern whose options were refused or whose reading failed; a
+    roce_qos refusal also names the role variables its options come from (roce_qos_<option>).
+    """
+    run = run or subprocess_runner
+    which = which or find_tool
+    readers = {c: o for c, o in (doc.get("readers") or {}).items() if only is None or c in only}
+    facts: dict = {}
+    if doc.get("node") is not None and (only is None or set(only) - set(doc.get("readers") or {}) - {"roce_qos"}):
+        try:
+            facts.update(read_facts(doc["node"], run, which))
+        except ValueError as exc:
+            raise ReadError(f"node: {exc}") from None
+    for concern, options in readers.items():
+        try:
+            opts = concern_facts.reader_options(concern, options)
+            if concern == "firewall":
+                opts["listening"] = listening(run, which, opts["timeout"])
+            facts[concern] = concern_facts.READERS[concern](run, opts)
+        except ValueError as exc:
+            raise ReadError(f"{concern}: {exc}") from None
+    survey = doc.get("roce_qos")
+    if survey is not None and (only is None or "roce_qos" in only):
+        try:
+            result, _, _ = roce.survey(survey, run, which, socket.gethostname())
+        except (roce.RoceInputError, roce.StepError) as exc:
+            named = ", ".join(f"roce_qos_{k}={survey.get(k)}" for k in ("interfaces", "pfc_priority", "tool")
+                              if k in survey)
+            raise ReadError(f"roce_qos: {exc} (from {named})") from None
+        facts["roce_qos"] = {k: result.get(k) for k in ("ports", "changes", "unsupported", "skipped", "skip_reason",
+                                                        "tool")}
+    return facts

@@ -10,10 +10,10 @@ site.yml installs this package on every node (``/opt/ncclprep/lib/ncclprep-core.
      "roce_qos": roce.SURVEY_OPTIONS or null (the concern off),
      "intent": {concern: <concern>_intent, or null where it is off}}
 
-``read_node`` reads the node as validate.yml does (node.read_facts, every concern's reader,
-roce.survey, the TCP listeners from ``ss``) and ``checks.evaluate_node`` judges it with the
-same check functions, so a node's rows carry the ids, statuses and messages validate.yml gives
-that host judged alone (checks.NODE_MODULES: the checks that need no other node). A Slurm
+``read_node`` reads the node as validate.yml's node_facts does (node.read_node: node.read_facts,
+every concern's reader, roce.survey, the TCP listeners from ``ss``) and ``checks.evaluate_node``
+judges it with the same check functions, so a node's rows carry the ids, statuses and messages
+validate.yml gives that host judged alone (checks.NODE_MODULES: the checks that need no other node). A Slurm
 prolog or a health check calls it before a job; it needs no controller and no network.
 
 Exit codes: 0 every check passed (WARN and SKIP pass), 1 a check failed or hung, 2 bad usage,
@@ -26,16 +26,14 @@ import argparse
 import datetime
 import json
 import os
-import shutil
 import socket
 import sys
 import tempfile
 import traceback
 
-from ansible.module_utils.ncclprep import concern_facts, node, roce
+from ansible.module_utils.ncclprep import node
 from ansible.module_utils.ncclprep.checks import BAD, NODE_MODULES, evaluate_node
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
-from ansible.module_utils.ncclprep.parsers.ss import parse_ss_listen
 
 INTENT_FILE = "/etc/ncclprep/intent.json"
 #: The record of the last run: {host, generated_at, alive, facts, intent, checks}, the shape of
@@ -43,18 +41,19 @@ INTENT_FILE = "/etc/ncclprep/intent.json"
 RECORD_FILE = "/var/lib/ncclprep/node-check.json"
 INTENT_VERSION = 1
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
-#: Where tools live besides PATH (AnsibleModule.get_bin_path looks there too).
-SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
 class CouldNotRun(Exception):
     """The node could not be checked (exit 3); the message says what and where."""
 
 
-def which(name: str) -> str | None:
-    """``name``'s path on PATH or in SBIN_DIRS, as AnsibleModule.get_bin_path finds it; None: absent."""
-    path = os.pathsep.join([os.environ.get("PATH", os.defpath), *SBIN_DIRS])
-    return shutil.which(name, path=path)
+def read_node(doc: dict, only: tuple[str, ...] | None = None) -> dict:
+    """node.read_node with the document's reading options; raises CouldNotRun for what it refuses."""
+    try:
+        reading = {k: doc.get(k) for k in ("node", "readers", "roce_qos")}
+        return node.read_node(reading, only, subprocess_runner, node.find_tool)
+    except node.ReadError as exc:
+        raise CouldNotRun(f"{exc} (from {INTENT_FILE})") from None
 
 
 def intent_document(path: str = INTENT_FILE) -> dict:
@@ -74,48 +73,6 @@ def intent_document(path: str = INTENT_FILE) -> dict:
     if missing:
         raise CouldNotRun(f"{path}: no {', '.join(missing)}: run site.yml again")
     return doc
-
-
-def listening(run=subprocess_runner, timeout: float = 10.0) -> list[dict] | None:
-    """The TCP listeners ``[{port, address, pid, name}]`` (parsers.ss), None when ss is not here or
-    failed (firewall.ports_free then leaves this host out, as validate.yml does)."""
-    if not which("ss"):
-        return None
-    rc, out, _ = run(["ss", "-Htlnp"], timeout)
-    return parse_ss_listen(out) if rc == 0 else None
-
-
-def _wanted_readers(doc: dict, only: tuple[str, ...] | None) -> dict:
-    return {c: o for c, o in doc["readers"].items() if only is None or c in only}
-
-
-def read_node(doc: dict, only: tuple[str, ...] | None = None, run=subprocess_runner) -> dict:
-    """This node's facts as validate.yml reads them (``ansible_facts.ncclprep``): node.read_facts
-    with ``doc["node"]`` (skipped when ``only`` names none of its checks), each concern of
-    ``doc["readers"]`` (the firewall's with the listeners of ``listening``) and roce_qos through
-    roce.survey. Raises CouldNotRun naming the concern whose reading failed."""
-    facts: dict = {}
-    if only is None or set(only) - set(doc["readers"]) - {"roce_qos"}:
-        try:
-            facts.update(node.read_facts(doc["node"], run, which))
-        except ValueError as exc:
-            raise CouldNotRun(f"node: {exc} (from {INTENT_FILE})") from None
-    for concern, options in _wanted_readers(doc, only).items():
-        try:
-            opts = concern_facts.reader_options(concern, options)
-            if concern == "firewall":
-                opts["listening"] = listening(run, opts["timeout"])
-            facts[concern] = concern_facts.READERS[concern](run, opts)
-        except ValueError as exc:
-            raise CouldNotRun(f"{concern}: {exc}") from None
-    if doc.get("roce_qos") is not None and (only is None or "roce_qos" in only):
-        try:
-            result, _, _ = roce.survey(doc["roce_qos"], run, which, socket.gethostname())
-        except (roce.RoceInputError, roce.StepError) as exc:
-            raise CouldNotRun(f"roce_qos: {exc}") from None
-        facts["roce_qos"] = {k: result.get(k) for k in ("ports", "changes", "unsupported", "skipped", "skip_reason",
-                                                        "tool")}
-    return facts
 
 
 def check(doc: dict, facts: dict, only: tuple[str, ...] | None = None) -> list[dict]:

@@ -79,6 +79,8 @@ def test_the_preflight_stages_come_from_the_role_files():
 
     assert preflight.stage_of(task("Gathering Facts", "playbooks/validate.yml")) == "facts"
     assert preflight.stage_of(task("x", "roles/preflight/tasks/facts.yml")) == "facts"
+    assert preflight.stage_of(task("x", "roles/preflight/tasks/read.yml")) == "facts"
+    assert preflight.stage_of(task("x", "roles/preflight/tasks/ssh.yml")) == "facts"
     # a concern's own facts.yml, included by the preflight's concerns.yml, is a check's input
     assert preflight.stage_of(task("x", "roles/nic_mtu/tasks/facts.yml")) == "checks"
     assert preflight.stage_of(task("x", "roles/preflight/tasks/net.yml")) == "net_probe"
@@ -106,3 +108,15 @@ def test_worktree_checks_a_revision_out_and_removes_it():
     assert not os.path.exists(tree)
     listed = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
     assert tree not in listed
+
+
+def test_host_work_counts_loop_items_and_retries_and_leaves_out_the_controller():
+    doc = {"plays": [{"tasks": [
+        {"hosts": {"n1": {"action": "node_facts"}, "n2": {"action": "node_facts"}}},
+        {"hosts": {"n1": {"action": "ansible.builtin.set_fact"}, "n2": {"action": "set_fact", "skipped": True}}},
+        {"hosts": {"n2": {"action": "ansible.builtin.file",
+                          "results": [{"changed": False}, {"skipped": True}, {"changed": True}]}}},
+        {"hosts": {"n2": {"action": "ansible.builtin.async_status", "attempts": 4}}},
+        {"hosts": {"n1": {"action": "cluster_report", "_ansible_delegated_vars": {"ansible_host": "localhost"}}}},
+    ]}]}
+    assert benchlib.host_work(doc) == {"n1": {"tasks": 3, "module_runs": 1}, "n2": {"tasks": 7, "module_runs": 7}}

@@ -121,3 +121,25 @@ def test_the_core_zip_is_the_same_bytes_every_build_and_runs_without_ansible(tmp
     assert out.returncode == 3, out.stderr
     assert out.stdout.strip() == f"{dest}/ansible/module_utils/ncclprep/nodecheck.py"
     assert "none.json does not exist" in out.stderr
+
+
+def test_one_reading_gives_each_concern_and_refusals_name_the_role_variables(tmp_path):
+    """node.read_node, what node_facts (validate.yml, site.yml's checking play) and the node
+    command read through: the node part only when asked, each reader's options checked, a
+    roce_qos refusal naming the role variables its options come from."""
+    from ansible.module_utils.ncclprep import node
+
+    env = tmp_path / "nccl.env"
+    env.write_text("NCCL_DEBUG=WARN\n")
+    got = node.read_node({"node": None, "readers": {"nccl_env": {"env_files": [str(env)]}}, "roce_qos": None})
+    assert list(got) == ["nccl_env"]
+    assert got["nccl_env"]["files"] == [{"path": str(env), "values": {"NCCL_DEBUG": "WARN"}}]
+    with pytest.raises(node.ReadError, match=r"^rps_rfs: rps_rfs: unknown option\(s\) \['queues'\]"):
+        node.read_node({"readers": {"rps_rfs": {"queues": 4}}})
+    with pytest.raises(node.ReadError) as refused:
+        node.read_node({"roce_qos": {"interfaces": ["eth9"], "pfc_priority": 3, "tool": "auto"}})
+    assert "interfaces: 'eth9' named, but this host has no RoCE port" in str(refused.value)
+    assert str(refused.value).endswith("(from roce_qos_interfaces=['eth9'], roce_qos_pfc_priority=3, "
+                                       "roce_qos_tool=auto)")
+    with pytest.raises(node.ReadError, match="^node: cidr: "):
+        node.read_node({"node": {"cidr": "10.0.0.300/24"}})
