@@ -204,9 +204,13 @@ def host_work(doc: dict) -> dict[str, dict[str, int]]:
     for play in doc.get("plays", []):
         for task in play.get("tasks", []):
             for host, res in (task.get("hosts") or {}).items():
-                items = res.get("results") if isinstance(res.get("results"), list) else [res]
+                # a loop's results carry ansible_loop_var; a module may return a list named results too
+                loop = isinstance(res.get("results"), list) and res["results"] and all(
+                    isinstance(i, dict) and "ansible_loop_var" in i for i in res["results"])
+                items = res["results"] if loop else [res]
                 ran = [i for i in items if isinstance(i, dict) and not i.get("skipped")]
-                n = sum(max(1, int(i.get("attempts") or 1)) for i in ran)
+                # attempts: an until loop's tries
+                n = sum(max(1, i["attempts"]) if isinstance(i.get("attempts"), int) else 1 for i in ran)
                 counts = out.setdefault(host, {"tasks": 0, "module_runs": 0})
                 counts["tasks"] += n
                 delegated = (res.get("_ansible_delegated_vars") or {}).get("ansible_host") in ("localhost", "127.0.0.1")

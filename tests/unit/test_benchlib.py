@@ -114,9 +114,12 @@ def test_host_work_counts_loop_items_and_retries_and_leaves_out_the_controller()
     doc = {"plays": [{"tasks": [
         {"hosts": {"n1": {"action": "node_facts"}, "n2": {"action": "node_facts"}}},
         {"hosts": {"n1": {"action": "ansible.builtin.set_fact"}, "n2": {"action": "set_fact", "skipped": True}}},
-        {"hosts": {"n2": {"action": "ansible.builtin.file",
-                          "results": [{"changed": False}, {"skipped": True}, {"changed": True}]}}},
+        {"hosts": {"n2": {"action": "ansible.builtin.file", "results": [
+            {"changed": False, "ansible_loop_var": "item"}, {"skipped": True, "ansible_loop_var": "item"},
+            {"changed": True, "ansible_loop_var": "item"}]}}},
+        # a module's own list named results (ssh_mesh: one per login) is one run
+        {"hosts": {"n2": {"action": "ssh_mesh", "results": [{"host": "n1", "attempts": 2}, {"host": "n3"}]}}},
         {"hosts": {"n2": {"action": "ansible.builtin.async_status", "attempts": 4}}},
         {"hosts": {"n1": {"action": "cluster_report", "_ansible_delegated_vars": {"ansible_host": "localhost"}}}},
     ]}]}
-    assert benchlib.host_work(doc) == {"n1": {"tasks": 3, "module_runs": 1}, "n2": {"tasks": 7, "module_runs": 7}}
+    assert benchlib.host_work(doc) == {"n1": {"tasks": 3, "module_runs": 1}, "n2": {"tasks": 8, "module_runs": 8}}

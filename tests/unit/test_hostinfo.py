@@ -394,7 +394,8 @@ def test_node_facts_returns_hostinfo_on_this_machine_without_failing(tmp_path):
            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", "-m", "node_facts", "-a", "cidr=10.255.255.0/24"],
+         "-e", f"ansible_python_interpreter={sys.executable}", "-m", "node_facts",
+         "-a", json.dumps({"node": {"cidr": "10.255.255.0/24"}})],
         env=env, capture_output=True, text=True, timeout=180, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]

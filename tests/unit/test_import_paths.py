@@ -26,11 +26,14 @@ def test_module_gets_module_utils_shipped_by_ansible():
         srv.bind(("127.0.0.1", 0))
         srv.listen(4)
         port = srv.getsockname()[1]
-        res = adhoc("node_facts", {"cidr": "127.0.0.0/8", "sysctl_keys": ["net.core.somaxconn"],
-                                   "names": [{"host": "me", "address": "127.0.0.1", "names": ["localhost"]}],
-                                   "connect_port": port, "torch_python": sys.executable})
+        res = adhoc("node_facts", {"node": {"cidr": "127.0.0.0/8", "sysctl_keys": ["net.core.somaxconn"],
+                                            "names": [{"host": "me", "address": "127.0.0.1", "names": ["localhost"]}],
+                                            "connect_port": port, "torch_python": sys.executable},
+                                   "concerns": {"nccl_env": {"env_files": ["/nonexistent/nccl.env"]}}})
     facts = res["ansible_facts"]["ncclprep"]
     assert res["changed"] is False
+    # the node and a concern's reader in the one run
+    assert facts["nccl_env"]["files"] == [{"path": "/nonexistent/nccl.env", "values": None}]
     assert facts["data_plane"]["interface"] == "lo" and facts["data_plane"]["address"] == "127.0.0.1"
     with open("/proc/sys/net/core/somaxconn") as fh:
         assert facts["sysctl_tuning"]["net.core.somaxconn"]["value"] == fh.read().strip()
