@@ -321,12 +321,13 @@ class ReadError(ValueError):
 def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None = None,
               which: Which | None = None) -> dict:
     """Everything validate.yml reads on a node, in one process (``ansible_facts.ncclprep``):
-    ``read_facts`` with ``doc["node"]`` (None, or ``only`` naming none of its checks: not read),
+    ``read_facts`` with ``doc["node"]`` (None: not read; read whatever ``only`` says, since the
+    concerns' checks judge against it too: nccl_env against the data-plane interface),
     each concern of ``doc["readers"]`` ({concern: options of concern_facts.READER_SPEC}; the
     firewall's with the TCP listeners of ``listening``) and roce_qos through roce.survey with
-    ``doc["roce_qos"]`` (None: off). ``only``: concern or check-module names to read for (None:
-    all). ``run``/``which``: hostinfo.subprocess_runner and ``which`` by default. The node
-    command (nodecheck.py) and the node_facts module both read through here.
+    ``doc["roce_qos"]`` (None: off). ``only``: the concerns whose readers run (None: all).
+    ``run``/``which``: hostinfo.subprocess_runner and ``find_tool`` by default. The node command
+    (nodecheck.py) and the node_facts module both read through here.
 
     Raises ReadError naming the concern whose options were refused or whose reading failed; a
     roce_qos refusal also names the role variables its options come from (roce_qos_<option>).
@@ -335,7 +336,7 @@ def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None
     which = which or find_tool
     readers = {c: o for c, o in (doc.get("readers") or {}).items() if only is None or c in only}
     facts: dict = {}
-    if doc.get("node") is not None and (only is None or set(only) - set(doc.get("readers") or {}) - {"roce_qos"}):
+    if doc.get("node") is not None:
         try:
             facts.update(read_facts(doc["node"], run, which))
         except ValueError as exc:

@@ -143,3 +143,14 @@ def test_one_reading_gives_each_concern_and_refusals_name_the_role_variables(tmp
                                        "roce_qos_tool=auto)")
     with pytest.raises(node.ReadError, match="^node: cidr: "):
         node.read_node({"node": {"cidr": "10.0.0.300/24"}})
+
+
+def test_only_one_concern_still_reads_the_node_its_check_needs(tmp_path, capsys):
+    """nccl_env.ifname judges the env file against the node's data-plane interface (node facts):
+    `--only nccl_env` must read those too, or the row would judge without them."""
+    code = nodecheck.main(["node", "check", "--json", "--only", "nccl_env", "--record", "-",
+                           "--intent", intent(tmp_path, "2.0.0")])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [(r["id"], r["status"], r["message"]) for r in out["checks"]] == [
+        ("nccl_env.ifname", "PASS", "NCCL and Gloo sockets on the data-plane interface on 1 hosts")]
