@@ -25,8 +25,9 @@ options:
   node:
     type: dict
     description:
-      - "The node reading's options (module_utils/ncclprep/node.py OPTIONS): C(cidr) of the data plane
-        (required), C(interface) (null finds it from the cidr), C(sysctl_keys) to read, C(names) (the
+      - "The node reading's options (module_utils/ncclprep/node.py OPTIONS, each converted to its
+        type as an argument spec would): C(cidr) of the data plane (required), C(interface) (null
+        finds it from the cidr), C(sysctl_keys) to read, C(names) (the
         host_names intent C([{host, address, names}]): each name must resolve to C(address), and
         C(address):C(connect_port) must accept TCP), C(connect_port) (22), C(torch_python) (the torch
         venv's python), C(timeout) (seconds per look-up or connect, 5), C(dataset_path) (the training
@@ -41,7 +42,7 @@ options:
         C(ss -Htlnp)."
   roce_qos:
     type: dict
-    description: "roce_qos's reading options (module_utils/ncclprep/roce.py SURVEY_OPTIONS, the role's
+    description: "roce_qos's reading options (module_utils/ncclprep/roce.py SURVEY_SPEC, the role's
       C(roce_qos_survey)); null reads none."
   into:
     type: dict
@@ -118,7 +119,7 @@ def main() -> None:
     p = module.params
     try:
         facts = read_node({"node": p["node"], "readers": p["concerns"], "roce_qos": p["roce_qos"]},
-                          run=subprocess_runner, which=module.get_bin_path)
+                          run=subprocess_runner, which=module.get_bin_path, warn=module.warn)
     except ReadError as exc:
         module.fail_json(msg=f"{socket.gethostname()}: {exc}")
     # Ansible replaces a top-level fact wholesale: keep what was read before.

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
 from ansible.module_utils.ncclprep.numa import read_affinity, read_topology
+from ansible.module_utils.ncclprep.options import coerce
 from ansible.module_utils.ncclprep.parsers.netplan import KINDS as NETPLAN_KINDS
 from ansible.module_utils.ncclprep.parsers.ufw import parse_ufw_status, parse_ufw_user_rules
 from ansible.module_utils.ncclprep.sysfs import read_text
@@ -61,8 +62,8 @@ def firewall(run: Runner, backend: str = "auto", timeout: float = 10.0, root: st
     runs ``ufw default`` only for a policy that differs); all three None without ufw.
 
     rc is None when the backend's tool is not installed. ``listening``: the ``tcp_listen``
-    facts of community.general.listen_ports_facts, kept as [{port, address, pid, name}]
-    (None: not read). Raises ValueError for a bad backend.
+    facts of community.general.listen_ports_facts, or ss's (node.read_node), kept as [{port,
+    address, pid, name}] (None: not read). Raises ValueError for a bad backend.
     """
     tools = {"ufw": os.path.exists(root + UFW), "nft": os.path.exists(root + NFT)}
     chosen = choose_firewall_backend(backend, tools["ufw"], tools["nft"])
@@ -354,26 +355,18 @@ READER_SPEC = dict(
 
 
 def reader_options(concern: str, options: dict | None) -> dict:
-    """``options`` of ``concern``'s reading with READER_SPEC's defaults filled in, for a reading
-    outside Ansible (``ncclprep node check``). Raises ValueError naming the concern for an unknown
-    concern or option, a ``timeout`` that is not a number or a ``persist`` outside PERSIST."""
+    """``options`` of ``concern``'s reading checked and converted against READER_SPEC as Ansible
+    would (options.coerce: ``"a,b"`` a list, ``"10"`` a number), defaults filled in, for readings
+    outside an argument spec (node.read_node: node_facts and ``ncclprep node check``). Raises
+    ValueError naming the concern, option and value for an unknown concern or option, a wrong type
+    or a ``persist`` outside PERSIST."""
     if concern not in READERS:
         raise ValueError(f"{concern!r} is not a concern read here (valid: {', '.join(sorted(READERS))})")
-    unknown = sorted(set(options or {}) - set(READER_SPEC))
-    if unknown:
-        raise ValueError(f"{concern}: unknown option(s) {unknown}; valid: {sorted(READER_SPEC)}")
-    out = {k: (options or {}).get(k, spec.get("default")) for k, spec in READER_SPEC.items()}
-    try:
-        out["timeout"] = float(out["timeout"])
-    except (TypeError, ValueError):
-        raise ValueError(f"{concern}: timeout={out['timeout']!r} is not a number of seconds") from None
-    if out["persist"] not in PERSIST:
-        raise ValueError(f"{concern}: persist={out['persist']!r}; valid: {', '.join(PERSIST)}")
-    return out
+    return coerce(READER_SPEC, options, concern)
 
 
-# concern -> reader: the concerns whose state concern_facts reads (roce_qos reads its own,
-# in check mode, with the same ``into`` convention). tests/unit/test_registry.py holds this
+# concern -> reader: the concerns whose state concern_facts reads (roce_qos's reading is
+# roce.survey, which node.read_node runs beside these). tests/unit/test_registry.py holds this
 # against the registry's ``facts: true`` entries.
 READERS = {
     "nic_mtu": lambda run, p: nic_mtu(run, p["interface"], p["timeout"], persist=p["persist"],

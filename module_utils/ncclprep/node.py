@@ -26,6 +26,7 @@ from ansible.module_utils.ncclprep.dataset import read_dataset
 from ansible.module_utils.ncclprep.hostinfo import Runner, Which, subprocess_runner
 from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
+from ansible.module_utils.ncclprep.options import coerce
 from ansible.module_utils.ncclprep.parsers.ss import parse_ss_listen
 from ansible.module_utils.ncclprep.portstate import read_counters, read_gids
 from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
@@ -41,8 +42,12 @@ def find_tool(name: str) -> str | None:
 
 
 #: The options of a node reading (node_facts' options but ``into``) and their defaults.
-OPTIONS = {"cidr": None, "interface": None, "sysctl_keys": [], "names": [], "connect_port": 22,
-           "torch_python": None, "timeout": 5.0, "dataset_path": None}
+#: (an argument spec: read_facts converts them as Ansible would, options.coerce)
+OPTIONS = {"cidr": {"type": "str"}, "interface": {"type": "str"},
+           "sysctl_keys": {"type": "list", "elements": "str", "default": []},
+           "names": {"type": "list", "elements": "dict", "default": []},
+           "connect_port": {"type": "int", "default": 22}, "torch_python": {"type": "path"},
+           "timeout": {"type": "float", "default": 5.0}, "dataset_path": {"type": "path"}}
 
 _TORCH_PROBE = (
     "import json, torch\n"
@@ -248,17 +253,15 @@ def read_facts(options: dict, run: Runner, which: Which) -> dict:
     """The node's facts (library/node_facts.py RETURN: hostname, versions, interfaces, limits,
     data_plane, cidr, sysctl_tuning, host_names, counters, rdma_gids, dataset, hostinfo).
 
-    ``options``: OPTIONS' keys (absent ones take OPTIONS' defaults): ``cidr`` of the data plane
+    ``options``: OPTIONS' keys (absent ones take OPTIONS' defaults, each converted to its type):
+    ``cidr`` of the data plane
     (required), ``interface`` (None: found from the cidr), ``sysctl_keys`` to read, ``names``
     (the host_names intent: ``[{host, address, names}]``), ``connect_port`` (TCP port that proves
     a resolved address reachable), ``torch_python``, ``timeout`` (seconds per look-up or
-    connect), ``dataset_path`` (None: none). Raises ValueError naming the option for a bad cidr
-    or sysctl key; never for what it finds on the node.
+    connect), ``dataset_path`` (None: none). Raises ValueError naming the option for a bad cidr,
+    sysctl key or type; never for what it finds on the node.
     """
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown}; valid: {sorted(OPTIONS)}")
-    p = dict(OPTIONS, **options)
+    p = coerce(OPTIONS, options, "node")
     try:
         parse_cidr(p["cidr"])
     except (ValueError, TypeError) as exc:
@@ -284,7 +287,7 @@ def read_facts(options: dict, run: Runner, which: Which) -> dict:
     sysctl = {key: {"value": value, "writable": value is not None and os.access(proc_path(key), os.W_OK)}
               for key, value in live.items()}
     system = system_versions()
-    timeout = float(p["timeout"])
+    timeout = p["timeout"]
     return {
         "hostname": me,
         "versions": dict(kernel=platform.release(), python=platform.python_version(), **system,
@@ -295,7 +298,7 @@ def read_facts(options: dict, run: Runner, which: Which) -> dict:
         "data_plane": data_plane,
         "cidr": p["cidr"],
         "sysctl_tuning": sysctl,
-        "host_names": resolve(p["names"], int(p["connect_port"]), timeout),
+        "host_names": resolve(p["names"], p["connect_port"], timeout),
         "counters": read_counters("/sys", [data_plane["interface"]] if data_plane else []),
         "rdma_gids": read_gids("/sys"),
         "dataset": read_dataset(p["dataset_path"], max(timeout, 10.0)) if p["dataset_path"] else None,
@@ -319,14 +322,15 @@ class ReadError(ValueError):
 
 
 def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None = None,
-              which: Which | None = None) -> dict:
+              which: Which | None = None, warn=None) -> dict:
     """Everything validate.yml reads on a node, in one process (``ansible_facts.ncclprep``):
     ``read_facts`` with ``doc["node"]`` (None: not read; read whatever ``only`` says, since the
     concerns' checks judge against it too: nccl_env against the data-plane interface),
     each concern of ``doc["readers"]`` ({concern: options of concern_facts.READER_SPEC}; the
     firewall's with the TCP listeners of ``listening``) and roce_qos through roce.survey with
     ``doc["roce_qos"]`` (None: off). ``only``: the concerns whose readers run (None: all).
-    ``run``/``which``: hostinfo.subprocess_runner and ``find_tool`` by default. The node command
+    ``run``/``which``: hostinfo.subprocess_runner and ``find_tool`` by default; ``warn(text)``
+    gets roce_qos's warnings (a setting it cannot manage; None: dropped). The node command
     (nodecheck.py) and the node_facts module both read through here.
 
     Raises ReadError naming the concern whose options were refused or whose reading failed; a
@@ -340,7 +344,7 @@ def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None
         try:
             facts.update(read_facts(doc["node"], run, which))
         except ValueError as exc:
-            raise ReadError(f"node: {exc}") from None
+            raise ReadError(str(exc) if str(exc).startswith("node: ") else f"node: {exc}") from None
     for concern, options in readers.items():
         try:
             opts = concern_facts.reader_options(concern, options)
@@ -352,7 +356,7 @@ def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None
     survey = doc.get("roce_qos")
     if survey is not None and (only is None or "roce_qos" in only):
         try:
-            result, _, _ = roce.survey(survey, run, which, socket.gethostname())
+            result, _, _ = roce.survey(survey, run, which, socket.gethostname(), warn=warn)
         except (roce.RoceInputError, roce.StepError) as exc:
             named = ", ".join(f"roce_qos_{k}={survey.get(k)}" for k in ("interfaces", "pfc_priority", "tool")
                               if k in survey)

@@ -7,14 +7,16 @@ site.yml installs this package on every node (``/opt/ncclprep/lib/ncclprep-core.
     {"version": 1, "host": inventory name,
      "node": {node.OPTIONS: the data-plane cidr and interface, sysctl keys, names to resolve ...},
      "readers": {concern: its reader options (concern_facts.READER_SPEC)},
-     "roce_qos": roce.SURVEY_OPTIONS or null (the concern off),
+     "roce_qos": {roce.SURVEY_SPEC's options} or null (the concern off),
      "intent": {concern: <concern>_intent, or null where it is off}}
 
 ``read_node`` reads the node as validate.yml's node_facts does (node.read_node: node.read_facts,
 every concern's reader, roce.survey, the TCP listeners from ``ss``) and ``checks.evaluate_node``
 judges it with the same check functions, so a node's rows carry the ids, statuses and messages
-validate.yml gives that host judged alone (checks.NODE_MODULES: the checks that need no other node). A Slurm
-prolog or a health check calls it before a job; it needs no controller and no network.
+validate.yml gives that host judged alone (checks.NODE_MODULES: the checks of one host's own
+record). It needs no controller and no Ansible. Like validate.yml's reading it resolves every
+member's names and connects to each address's SSH port (names.reachable), so a member that is
+down fails that check on every node; a job-scoped check (Slurm, issue 25) is to narrow it.
 
 Exit codes: 0 every check passed (WARN and SKIP pass), 1 a check failed or hung, 2 bad usage,
 3 could not run (no intent file or an unreadable one, a reader that crashed).
@@ -47,13 +49,15 @@ class CouldNotRun(Exception):
     """The node could not be checked (exit 3); the message says what and where."""
 
 
-def read_node(doc: dict, only: tuple[str, ...] | None = None) -> dict:
-    """node.read_node with the document's reading options; raises CouldNotRun for what it refuses."""
+def read_node(doc: dict, only: tuple[str, ...] | None = None, path: str = INTENT_FILE) -> dict:
+    """node.read_node with the reading options of ``doc`` (read from ``path``); raises CouldNotRun
+    for what it refuses, naming ``path``."""
     try:
         reading = {k: doc.get(k) for k in ("node", "readers", "roce_qos")}
-        return node.read_node(reading, only, subprocess_runner, node.find_tool)
+        return node.read_node(reading, only, subprocess_runner, node.find_tool,
+                              warn=lambda text: print(f"ncclprep node check: warning: {text}", file=sys.stderr))
     except node.ReadError as exc:
-        raise CouldNotRun(f"{exc} (from {INTENT_FILE})") from None
+        raise CouldNotRun(f"{exc} (from {path})") from None
 
 
 def intent_document(path: str = INTENT_FILE) -> dict:
@@ -112,7 +116,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ncclprep node check", allow_abbrev=False,
         description="Read this node and run the checks validate.yml runs on it, against the intent site.yml "
-                    f"installed ({INTENT_FILE}); no Ansible, no controller, no network.",
+                    f"installed ({INTENT_FILE}); no Ansible, no controller.",
         epilog="exit codes: 0 all passed; 1 a check failed or hung; 2 bad usage; 3 could not run "
                "(no intent file, a reader crashed).")
     p.add_argument("--json", action="store_true", help="print {host, status, checks, record} as JSON")
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     only = tuple(opts.only) if opts.only else None
     try:
         doc = intent_document(opts.intent)
-        facts = read_node(doc, only)
+        facts = read_node(doc, only, opts.intent)
         rows = check(doc, facts, only)
     except CouldNotRun as exc:
         print(f"ncclprep node check: {socket.gethostname()}: {exc}", file=sys.stderr)

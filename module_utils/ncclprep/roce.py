@@ -37,6 +37,7 @@ import copy
 import os
 from collections.abc import Callable
 
+from ansible.module_utils.ncclprep.options import coerce
 from ansible.module_utils.ncclprep.parsers import PRIORITIES
 from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
 from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
@@ -383,14 +384,19 @@ class RoceInputError(ValueError):
     PATH, a priority outside 0..7); the message names the host, option and what is valid."""
 
 
-#: The options of a reading (the roce_qos module's, but ``sysfs_root`` and ``into``) and defaults.
-SURVEY_OPTIONS = {"interfaces": [], "pfc_priority": 3, "trust": "dscp", "ecn": True, "tool": "auto",
-                  "timeout": 10.0}
+#: The options of a reading (the roce_qos module's, but ``sysfs_root`` and ``into``), as an
+#: argument spec: survey converts them as the module's spec does (options.coerce).
+SURVEY_SPEC = {"interfaces": {"type": "list", "elements": "str", "default": []},
+               "pfc_priority": {"type": "int", "default": 3},
+               "trust": {"type": "str", "default": "dscp", "choices": ["dscp", "pcp"]},
+               "ecn": {"type": "bool", "default": True},
+               "tool": {"type": "str", "default": "auto", "choices": ["auto", *TOOLS]},
+               "timeout": {"type": "float", "default": 10.0}}
 
 
 def survey(options: dict, run: Callable, which: Callable, host: str, sysfs: str = "/sys",
            warn: Callable[[str], None] | None = None) -> tuple:
-    """Read this host's RoCE ports and plan what differs from ``options`` (SURVEY_OPTIONS' keys):
+    """Read this host's RoCE ports and plan what differs from ``options`` (SURVEY_SPEC's keys):
     ``(result, runner, drivers)``.
 
     ``result``: ``{changed, ports, changes{netdev: [{what, from, to}]}, unsupported{netdev:
@@ -401,7 +407,6 @@ def survey(options: dict, run: Callable, which: Callable, host: str, sysfs: str 
     -> path | None``. Raises RoceInputError for bad input and StepError for a command that failed
     or ran past its deadline (both naming the host); ``exc.result`` holds what was read so far.
     """
-    p = dict(SURVEY_OPTIONS, **options)
     result = {"changed": False, "ports": [], "changes": {}, "unsupported": {}, "skipped": False,
               "skip_reason": None, "tool": None}
 
@@ -409,9 +414,14 @@ def survey(options: dict, run: Callable, which: Callable, host: str, sysfs: str 
         exc.result = result
         return exc
 
-    if not 0 <= int(p["pfc_priority"]) <= 7:
+    try:
+        p = coerce(SURVEY_SPEC, options, host)
+    except ValueError as exc:
+        raise refuse(RoceInputError(str(exc))) from None
+
+    if not 0 <= p["pfc_priority"] <= 7:
         raise refuse(RoceInputError(f"{host}: pfc_priority={p['pfc_priority']} is outside 0..7"))
-    if float(p["timeout"]) <= 0:
+    if p["timeout"] <= 0:
         raise refuse(RoceInputError(f"{host}: timeout={p['timeout']} must be a number of seconds > 0"))
     ports = find_roce_ports(sysfs)
     result["ports"] = ports
@@ -451,8 +461,8 @@ def survey(options: dict, run: Callable, which: Callable, host: str, sysfs: str 
         why = f"RoCE netdev(s) {', '.join(netdevs)} found but {why}"
         return dict(result, skipped=True, skip_reason=why), None, None
     result["tool"] = tool
-    desired = {"pfc_priority": int(p["pfc_priority"]), "trust": p["trust"], "ecn": bool(p["ecn"])}
-    runner = Runner(run, host, {n: path for n, path in found.items() if path}, float(p["timeout"]), warn)
+    desired = {"pfc_priority": p["pfc_priority"], "trust": p["trust"], "ecn": p["ecn"]}
+    runner = Runner(run, host, {n: path for n, path in found.items() if path}, p["timeout"], warn)
     before, after = [], []
     try:
         for netdev in netdevs:

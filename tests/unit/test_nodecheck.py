@@ -92,7 +92,9 @@ def test_without_a_readable_intent_it_cannot_run_exit_3(tmp_path, capsys, conten
 def test_a_reader_refusing_its_options_is_exit_3_naming_the_concern(tmp_path, capsys):
     path = intent(tmp_path, "2.0.0", readers={"nccl_env": {"bogus": 1}})
     assert nodecheck.main(["node", "check", "--intent", path, "--record", "-", "--only", "nccl_env"]) == 3
-    assert "nccl_env: nccl_env: unknown option(s) ['bogus']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "nccl_env: nccl_env: unknown option(s) ['bogus']" in err
+    assert err.rstrip().endswith(f"(from {path})")  # the --intent given, not the default path
 
 
 def test_usage_errors_are_exit_2(capsys):
@@ -154,3 +156,28 @@ def test_only_one_concern_still_reads_the_node_its_check_needs(tmp_path, capsys)
     assert code == 0
     assert [(r["id"], r["status"], r["message"]) for r in out["checks"]] == [
         ("nccl_env.ifname", "PASS", "NCCL and Gloo sockets on the data-plane interface on 1 hosts")]
+
+
+def test_options_from_the_inventory_are_converted_as_an_argument_spec_converts_them():
+    """Review of this change: node_facts took the readers' and roce_qos's options as plain dicts,
+    so `-e roce_qos_ecn=false` reached roce.survey as the text "false" (bool: True) and
+    `-e ssh_trust_host_key_types=ed25519` as a text the reader walked letter by letter."""
+    from ansible.module_utils.ncclprep import concern_facts, node
+    from ansible.module_utils.ncclprep.options import coerce
+    from ansible.module_utils.ncclprep.roce import SURVEY_SPEC
+
+    assert coerce(SURVEY_SPEC, {"ecn": "false", "pfc_priority": "3", "interfaces": "eth0,eth1"}, "h") == {
+        "interfaces": ["eth0", "eth1"], "pfc_priority": 3, "trust": "dscp", "ecn": False, "tool": "auto",
+        "timeout": 10.0}
+    assert concern_facts.reader_options("ssh_trust", {"host_key_types": "ed25519"})["host_key_types"] == ["ed25519"]
+    with pytest.raises(node.ReadError, match=r"roce_qos: \S+: pfc_priority='high': not an integer"):
+        node.read_node({"roce_qos": {"pfc_priority": "high"}})
+    with pytest.raises(ValueError, match=r"firewall: backend=\['ufw'\]: not a text"):
+        concern_facts.reader_options("firewall", {"backend": ["ufw"]})
+    with pytest.raises(ValueError, match=r"nic_mtu: persist='netctl'; valid: auto, netplan"):
+        concern_facts.reader_options("nic_mtu", {"persist": "netctl"})
+
+
+def test_a_process_name_with_a_blank_is_kept_whole():
+    line = 'LISTEN 0 5 0.0.0.0:29500 0.0.0.0:* users:(("tmux: server",pid=77,fd=6))'
+    assert parse_ss_listen(line) == [{"port": 29500, "address": "0.0.0.0", "pid": 77, "name": "tmux: server"}]

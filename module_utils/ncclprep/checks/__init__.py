@@ -125,11 +125,12 @@ PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "limits", "links", "
 SUPPORT_MODULES = ("model",)
 #: One check module per concern of playbooks/vars/concerns.yml, in report order.
 CONCERN_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY if e.module not in PREFLIGHT_MODULES))
-#: The check modules that judge a host by its own facts and intent alone, the checks
+#: The check modules that judge a host by its own record (facts and intent) alone, the checks
 #: ``ncclprep node check`` runs on a node (``evaluate_node``): every concern's, and the preflight's
 #: data_plane, limits, links, tools and dataset. The others need the cluster (reachable, versions:
 #: the hosts against each other; network, collectives, smoke: runs between nodes) or the controller
-#: (drift: site.yml's templates rendered again).
+#: (drift: site.yml's templates rendered again). A host's own facts include what it saw of the
+#: others: host_names resolves and connects to every member (names.reachable).
 NODE_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY
                                    if e.module in CONCERN_MODULES or e.module in ("data_plane", "limits", "links",
                                                                                   "tools", "dataset")))

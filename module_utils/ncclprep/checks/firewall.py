@@ -97,8 +97,9 @@ def check_ports_free(rows: dict[str, tuple[dict, dict | None]]) -> list[Check]:
     """firewall.ports_free: no process listens on a job port (``job_ports``) before the job starts.
 
     ``rows``: host -> (intent ``firewall``, facts ``firewall``); facts ``listening`` are the
-    TCP listeners [{port, address, pid, name}] that community.general.listen_ports_facts
-    read (None: not read; that host is left out). A job's torchrun then fails to bind the
+    TCP listeners [{port, address, pid, name}] read from ``ss -Htlnp`` (parsers/ss.py; the
+    role's own facts.yml: community.general.listen_ports_facts) (None: not read; that host is
+    left out). A job's torchrun then fails to bind the
     port (EADDRINUSE, errno 98) on whichever node is its rendezvous host or MASTER_ADDR, so
     a holder on any node is a FAIL naming host, port and process. No check when no host
     has both job ports and listeners read.

@@ -23,9 +23,10 @@ def parse_ss_listen(text: str) -> list[dict]:
     (not root). Lines that are not a LISTEN socket are skipped. Never raises."""
     out = []
     for line in (text or "").splitlines():
-        cells = line.split(None, 6)
+        # the process column (the sixth) is kept whole: a process name may hold blanks
+        cells = line.split(None, 5)
         if cells and cells[0] in ("tcp", "udp"):  # a Netid column (several protocols asked for)
-            cells = line.split(None, 7)[1:]
+            cells = line.split(None, 6)[1:]
         if len(cells) < 5 or cells[0] != "LISTEN":
             continue
         addr = _ADDR_RE.match(cells[3])
