@@ -26,10 +26,10 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
-from ansible.module_utils.ncclprep.firewall import check_firewall, ruleset, ufw_unintended  # noqa: E402
-from ansible.module_utils.ncclprep.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
-from ansible.module_utils.ncclprep.nccl_vars import check_env  # noqa: E402
-from ansible.module_utils.ncclprep.numa import irqs_off, numa_intent  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.firewall import unsafe_rules, ruleset, ufw_unintended  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.nccl_env import check_env  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.numa_pinning import irqs_off, numa_intent  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
     iface_for_cidr,
@@ -38,8 +38,8 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
 )
 from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
 from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
-from ansible.module_utils.ncclprep.sysctl import HOST_GLOBAL, check_value, kernel_error, normalize  # noqa: E402
-from ansible.module_utils.ncclprep.sysctl import parse_trial, proc_path  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error, normalize  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import parse_trial, proc_path  # noqa: E402
 # isort: on
 
 
@@ -143,7 +143,7 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
 
 
 def nccl_env_check(env: dict, interfaces=None, host: str = "?", debug=None) -> dict:
-    """Check an NCCL/Gloo/torch environment on ``host`` (see nccl_vars.check_env), and the
+    """Check an NCCL/Gloo/torch environment on ``host`` (see concerns.nccl_env.check_env), and the
     debug launch's additions ``debug`` (nccl_env_debug_settings, nulls dropped) the same way.
 
     Returns ``{"errors": [...], "warnings": [...], "effective": {...}}``; every message
@@ -183,7 +183,7 @@ def cpulist(text: str) -> list[int]:
 
 def firewall_rules(cluster, interface: str, rendezvous_ports: list, rendezvous_sources: list,
                    admin_cidrs: list, ssh_port: int = 22, extra_rules: list | None = None) -> list[dict]:
-    """The firewall role's allow rules (module_utils/ncclprep/firewall.py ``ruleset``); ``cluster``:
+    """The firewall role's allow rules (module_utils/ncclprep/concerns/firewall.py ``ruleset``); ``cluster``:
     the members' addresses (a list) or one CIDR (a string)."""
     try:
         return ruleset(str(cluster) if isinstance(cluster, str) else list(cluster), interface,
@@ -195,12 +195,12 @@ def firewall_rules(cluster, interface: str, rendezvous_ports: list, rendezvous_s
 
 def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, connection: str | None = None,
                     facts: dict | None = None, members: dict | None = None, over_ssh: bool = False) -> list[str]:
-    """What makes the rule set unsafe (``check_firewall``); ``facts`` are the host's ansible_facts,
+    """What makes the rule set unsafe (``unsafe_rules``); ``facts`` are the host's ansible_facts,
     ``connection`` its SSH_CONNECTION as the login account sees it, ``members`` the
     data_plane_members map (host -> {address, ...}); members without an address are left out;
     ``over_ssh``: Ansible reaches the host over SSH (an unknown connection is then refused)."""
     addresses = {h: m["address"] for h, m in (members or {}).items() if m.get("address")}
-    return check_firewall(rules, host, bool(allow_world), (connection or "").strip() or None,
+    return unsafe_rules(rules, host, bool(allow_world), (connection or "").strip() or None,
                           ansible_facts_addresses(facts) if facts else None, addresses or None, bool(over_ssh))
 
 
@@ -333,7 +333,7 @@ def member_duplicates(members: dict) -> list[str]:
 
 
 def numa_pinning_intent(facts: dict, nproc=None, interface=None, cpus=None, host: str = "?") -> dict:
-    """numa.numa_intent on ``facts`` (ansible_facts.ncclprep.numa_pinning); a ValueError becomes an
+    """concerns.numa_pinning.numa_intent on ``facts`` (ansible_facts.ncclprep.numa_pinning); a ValueError becomes an
     AnsibleFilterError naming the host and the role variables the values came from."""
     try:
         return numa_intent((facts or {}).get("topology") or {}, None if nproc is None else int(nproc),
@@ -345,7 +345,7 @@ def numa_pinning_intent(facts: dict, nproc=None, interface=None, cpus=None, host
 
 
 def irqs_to_pin(irq: dict | None, current: dict | None) -> list:
-    """numa.irqs_off: the intended IRQs whose live affinity (``current``) is off their CPUs."""
+    """concerns.numa_pinning.irqs_off: the intended IRQs whose live affinity (``current``) is off their CPUs."""
     return irqs_off(irq, current or {})
 
 

@@ -1,7 +1,7 @@
 """The preflight's per-host records, built on the controller from every host's variables.
 
 Filter ``ncclprep_host_records`` (roles/preflight/tasks/report.yml): the logic is
-``build_record`` in module_utils/ncclprep/checks/model.py, which also defines the record
+``build_record`` in module_utils/ncclprep/model.py, which also defines the record
 (``HostRecord``). Like filter_plugins/ncclprep.py, this file puts the repository's src/ on
 sys.path and imports the ncclprep package, which makes ``ansible.module_utils.ncclprep``
 importable on the controller.
@@ -21,7 +21,7 @@ if _SRC not in sys.path:
 # isort: off
 import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible.module_utils.ncclprep.checks.model import build_record  # noqa: E402
+from ansible.module_utils.ncclprep.model import build_record  # noqa: E402
 # isort: on
 
 
@@ -39,7 +39,7 @@ def _names(value, what: str) -> list[str]:
 
 
 def host_records(hostvars: Mapping, all_hosts, alive_hosts, concern_names) -> dict:
-    """host -> ``HostRecord`` (checks/model.py) for every host of ``all_hosts``.
+    """host -> ``HostRecord`` (model.py) for every host of ``all_hosts``.
 
     ``hostvars``: Ansible's ``hostvars``; ``all_hosts``: every host the run covers
     (``ansible_play_hosts_all``); ``alive_hosts``: those still in the play

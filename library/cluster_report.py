@@ -22,8 +22,8 @@ options:
     type: dict
     required: true
     description:
-      - "host -> HostRecord (module_utils/ncclprep/checks/model.py): {alive, facts, intent, ssh, probe, smoke},
-        with intent keyed by concern name (playbooks/vars/concerns.yml); built by the filter
+      - "host -> HostRecord (module_utils/ncclprep/model.py): {alive, facts, intent, ssh, probe, smoke},
+        with intent keyed by concern name (concerns.CONCERNS); built by the filter
         ncclprep_host_records."
       - A host of O(hosts) with no record or no facts is reported unreachable (C(host.reachable) FAIL).
   min_busbw_gbps: {type: float, description: "busbw floor in GB/s at the largest size; null: no floor."}

@@ -12,7 +12,7 @@ description:
   - "Returns C(ansible_facts.ncclprep): with O(node), the node's versions, network interfaces, the
     data-plane interface, tracked sysctl values, host name resolution of every cluster name, limits,
     port counters, GIDs, the dataset and the tools' output; with O(concerns), each concern's live
-    state (C(ansible_facts.ncclprep.<concern>), module_utils/ncclprep/concern_facts.py); with
+    state (C(ansible_facts.ncclprep.<concern>), each concern's reader in module_utils/ncclprep/concerns); with
     O(roce_qos), the RoCE ports and what differs from the settings (C(ansible_facts.ncclprep.roce_qos))."
   - "One process reads it all (module_utils/ncclprep/node.py read_node), as C(ncclprep node check)
     reads a node without Ansible: validate.yml and site.yml's checking play read each node in one
@@ -37,12 +37,12 @@ options:
     type: dict
     default: {}
     description:
-      - "C({<concern>: options}): each concern's reader options (module_utils/ncclprep/concern_facts.py
+      - "C({<concern>: options}): each concern's reader options (OPTIONS of module_utils/ncclprep/concerns/<concern>.py
         READER_SPEC; each role's C(<role>_reader)); the firewall's TCP listeners are read here with
         C(ss -Htlnp)."
   roce_qos:
     type: dict
-    description: "roce_qos's reading options (module_utils/ncclprep/roce.py SURVEY_SPEC, the role's
+    description: "roce_qos's reading options (module_utils/ncclprep/concerns/roce_qos.py SURVEY_SPEC, the role's
       C(roce_qos_survey)); null reads none."
   into:
     type: dict

@@ -99,8 +99,7 @@ ansible_facts:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
-from ansible.module_utils.ncclprep.roce import (
+from ansible.module_utils.ncclprep.concerns.roce_qos import (
     TOOLS,
     RoceInputError,
     Runner,
@@ -113,6 +112,7 @@ from ansible.module_utils.ncclprep.roce import (
     read_state,
     survey,
 )
+from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 
 
 def apply(runner: Runner, netdev: str, tool: str, changes: list, sysfs: str) -> None:

@@ -6,7 +6,7 @@ ranks' together), torchrun / torch.distributed errors and tracebacks, ``nvidia-s
 ``numactl -H`` / ``lscpu``, nccl-tests output, ``ufw status``, ``sysctl -a`` and netplan YAML.
 ``detect_kind`` finds which from the content (the file name is a weak hint); ``diagnose_text``
 reads it with the parsers and rules validate.yml uses (``module_utils/ncclprep/parsers/*``,
-``sysctl.py``) and returns what was read, the findings with the input lines that show them
+``concerns/sysctl_tuning.py``) and returns what was read, the findings with the input lines that show them
 (``evidence``) and a clear ``error`` for input it cannot read; ``compare`` sets several inputs
 from several nodes against each other; ``render_text`` and ``as_json`` present the lot.
 
@@ -22,6 +22,7 @@ import os
 import re
 from collections import Counter
 
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import diagnose_sysctl, parse_sysctl_a
 from ansible.module_utils.ncclprep.parsers import SEVERITIES, finding
 from ansible.module_utils.ncclprep.parsers.ethtool import diagnose_ethtool, parse_ethtool, parse_ethtool_driver
 from ansible.module_utils.ncclprep.parsers.ibstat import diagnose_ib_ports, link_rate_gbps, parse_ib_status
@@ -43,7 +44,6 @@ from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, pars
 from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, diagnose_topo_p2p, parse_topo, parse_topo_p2p
 from ansible.module_utils.ncclprep.parsers.torch_dist import diagnose_torch_dist, parse_torch_dist
 from ansible.module_utils.ncclprep.parsers.ufw import diagnose_ufw, parse_ufw_status
-from ansible.module_utils.ncclprep.sysctl import diagnose_sysctl, parse_sysctl_a
 
 SCHEMA_VERSION = 1
 #: The kinds of input, with the tools that print them.

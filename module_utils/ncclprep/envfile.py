@@ -4,7 +4,7 @@ Format: one ``KEY=VALUE`` per line; ``#`` comments and blank lines are ignored. 
 everything after the first ``=``, taken literally: no quotes removed, nothing expanded. The
 launcher (``ncclprep-torchrun``) reads the file the same way, with a ``read`` loop and never
 through a shell, and nccl_env writes only values that need no quoting in any reader
-(``nccl_vars.entry_problem``), so bash, systemd's EnvironmentFile and this module all see the
+(``concerns.nccl_env.entry_problem``), so bash, systemd's EnvironmentFile and this module all see the
 same environment.
 """
 

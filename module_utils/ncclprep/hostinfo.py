@@ -46,8 +46,7 @@ from ansible.module_utils.ncclprep.parsers.ip_link import diagnose_ip_link, pars
 from ansible.module_utils.ncclprep.parsers.netplan import diagnose_netplan, parse_netplan
 from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, parse_lscpu, parse_numactl_hardware
 from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, diagnose_topo_p2p, parse_topo, parse_topo_p2p
-from ansible.module_utils.ncclprep.roce import find_roce_ports
-from ansible.module_utils.ncclprep.sysfs import read_text
+from ansible.module_utils.ncclprep.sysfs import find_roce_ports, read_text
 
 Runner = Callable[[list, float], tuple]
 Which = Callable[[str], "str | None"]

@@ -21,7 +21,9 @@ import socket
 import threading
 import time
 
-from ansible.module_utils.ncclprep import concern_facts, roce
+from ansible.module_utils.ncclprep import concerns
+from ansible.module_utils.ncclprep.concerns import roce_qos
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import proc_path, read_live
 from ansible.module_utils.ncclprep.dataset import read_dataset
 from ansible.module_utils.ncclprep.hostinfo import Runner, Which, subprocess_runner
 from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
@@ -29,7 +31,6 @@ from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
 from ansible.module_utils.ncclprep.options import coerce
 from ansible.module_utils.ncclprep.parsers.ss import parse_ss_listen
 from ansible.module_utils.ncclprep.portstate import read_counters, read_gids
-from ansible.module_utils.ncclprep.sysctl import proc_path, read_live
 from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
 
 #: Where tools live besides PATH (AnsibleModule.get_bin_path looks there too).
@@ -326,8 +327,8 @@ def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None
     """Everything validate.yml reads on a node, in one process (``ansible_facts.ncclprep``):
     ``read_facts`` with ``doc["node"]`` (None: not read; read whatever ``only`` says, since the
     concerns' checks judge against it too: nccl_env against the data-plane interface),
-    each concern of ``doc["readers"]`` ({concern: options of concern_facts.READER_SPEC}; the
-    firewall's with the TCP listeners of ``listening``) and roce_qos through roce.survey with
+    each concern of ``doc["readers"]`` ({concern: options of its module's OPTIONS, concerns/<concern>.py}; the
+    firewall's with the TCP listeners of ``listening``) and roce_qos through roce_qos.survey with
     ``doc["roce_qos"]`` (None: off). ``only``: the concerns whose readers run (None: all).
     ``run``/``which``: hostinfo.subprocess_runner and ``find_tool`` by default; ``warn(text)``
     gets roce_qos's warnings (a setting it cannot manage; None: dropped). The node command
@@ -347,17 +348,17 @@ def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None
             raise ReadError(str(exc) if str(exc).startswith("node: ") else f"node: {exc}") from None
     for concern, options in readers.items():
         try:
-            opts = concern_facts.reader_options(concern, options)
+            opts = concerns.reader_options(concern, options)
             if concern == "firewall":
                 opts["listening"] = listening(run, which, opts["timeout"])
-            facts[concern] = concern_facts.READERS[concern](run, opts)
+            facts[concern] = concerns.READERS[concern].read(run, opts)
         except ValueError as exc:
             raise ReadError(f"{concern}: {exc}") from None
     survey = doc.get("roce_qos")
     if survey is not None and (only is None or "roce_qos" in only):
         try:
-            result, _, _ = roce.survey(survey, run, which, socket.gethostname(), warn=warn)
-        except (roce.RoceInputError, roce.StepError) as exc:
+            result, _, _ = roce_qos.survey(survey, run, which, socket.gethostname(), warn=warn)
+        except (roce_qos.RoceInputError, roce_qos.StepError) as exc:
             named = ", ".join(f"roce_qos_{k}={survey.get(k)}" for k in ("interfaces", "pfc_priority", "tool")
                               if k in survey)
             raise ReadError(f"roce_qos: {exc} (from {named})") from None

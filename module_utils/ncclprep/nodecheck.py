@@ -6,12 +6,12 @@ site.yml installs this package on every node (``/opt/ncclprep/lib/ncclprep-core.
 
     {"version": 1, "host": inventory name,
      "node": {node.OPTIONS: the data-plane cidr and interface, sysctl keys, names to resolve ...},
-     "readers": {concern: its reader options (concern_facts.READER_SPEC)},
-     "roce_qos": {roce.SURVEY_SPEC's options} or null (the concern off),
+     "readers": {concern: its reader options (OPTIONS of concerns/<concern>.py)},
+     "roce_qos": {concerns.roce_qos.SURVEY_SPEC's options} or null (the concern off),
      "intent": {concern: <concern>_intent, or null where it is off}}
 
 ``read_node`` reads the node as validate.yml's node_facts does (node.read_node: node.read_facts,
-every concern's reader, roce.survey, the TCP listeners from ``ss``) and ``checks.evaluate_node``
+every concern's reader, roce_qos.survey, the TCP listeners from ``ss``) and ``checks.evaluate_node``
 judges it with the same check functions, so a node's rows carry the ids, statuses and messages
 validate.yml gives that host judged alone (checks.NODE_MODULES: the checks of one host's own
 record). It needs no controller and no Ansible. Like validate.yml's reading it resolves every

@@ -107,6 +107,19 @@ def test_every_role_that_changes_nodes_has_a_scenario():
     assert [r for r in roles if r not in ROLES and r not in NO_SCENARIO] == []
 
 
+def failure_summary(out: str, limit: int = 4000) -> str:
+    """What failed in a Molecule run's output, short enough for the assertion message (CI shows the
+    message whole but only a part of the captured output): the step that failed, and each
+    ``fatal:``/``[ERROR]`` line with the task it came from and the lines that follow it."""
+    lines, kept, task = out.splitlines(), [], None
+    for i, line in enumerate(lines):
+        if line.startswith("TASK ["):
+            task = line.rstrip("* ")
+        elif re.search(r"^fatal: |^\[ERROR\]|An error occurred during the test sequence action", line):
+            kept += [task or "", *lines[i:i + 6], ""]
+    return "\n".join(kept)[-limit:] or out[-limit:]
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_molecule_scenario(role, molecule_network, timings):
     proc = subprocess.Popen(["molecule", "test"], cwd=os.path.join(REPO, "roles", role), env=molecule_env(),
@@ -132,7 +145,7 @@ def test_molecule_scenario(role, molecule_network, timings):
     out = ANSI.sub("", "".join(lines))
     if proc.returncode != 0:
         print(out[-20000:])
-    assert proc.returncode == 0, f"molecule test failed for role {role}"
+    assert proc.returncode == 0, f"molecule test failed for role {role}:\n{failure_summary(out)}"
     # every step of the sequence ran and passed; idempotence means a second converge changed nothing
     for step in ("check", "converge", "idempotence", "verify"):
         assert re.search(rf"{step}: Executed: Successful", out), f"{role}: step {step} did not pass"

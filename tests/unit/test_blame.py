@@ -253,7 +253,7 @@ def test_blame_round_reads_each_groups_first_host():
 
 def test_check_blame_names_the_node_the_pairs_found():
     from ansible.module_utils.ncclprep.checks.collectives import check_blame
-    from ansible.module_utils.ncclprep.checks.model import Context
+    from ansible.module_utils.ncclprep.model import Context
 
     hosts = ["node1", "node2", "node3"]
     verdict, history = drive(hosts, lambda g: ("PASS", 0.0186 if "node2" in g else 0.452))

@@ -6,23 +6,23 @@ import os
 import pytest
 import yaml
 from ansible.module_utils.ncclprep import checks as checks_pkg
+from ansible.module_utils.ncclprep import concerns
 from ansible.module_utils.ncclprep.checks import evaluate, make_check, overall, verdict
-from ansible.module_utils.ncclprep.sysctl import parse_sysctl_a
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import parse_sysctl_a
 
 import ncclprep
 
 HOSTS = ["node1", "node2", "node3"]
 INTENT = {"net.core.somaxconn": 65535, "net.ipv4.tcp_rmem": "4096 131072 268435456",
           "net.core.netdev_budget": 600}
-with open(os.path.join(ncclprep.REPO_ROOT, "playbooks/vars/concerns.yml")) as _fh:
-    CONCERNS = [c["name"] for c in yaml.safe_load(_fh)["ncclprep_concerns"]]
+CONCERNS = [concerns.name_of(c) for c in concerns.CONCERNS]
 NCCL_ENV = {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
 
 
 def intent(**given):
     """A record's intent as report.yml builds it: one key per concern, None where not given."""
     unknown = set(given) - set(CONCERNS)
-    assert not unknown, f"not concerns of concerns.yml: {unknown}"
+    assert not unknown, f"not concerns of the registry: {unknown}"
     return {name: given.get(name) for name in CONCERNS}
 
 
@@ -253,7 +253,7 @@ def test_make_check_rejects_unknown_status():
 
 
 def _rx_queues(queues):
-    """facts rps_rfs (concern_facts.rps_rfs) of eth0 with these rx queues."""
+    """facts rps_rfs (rps_rfs.read_queues) of eth0 with these rx queues."""
     return {"interface": "eth0", "exists": True, "queues": queues, "local_cpus": None, "online_cpus": "0-1",
             "possible_cpus": "0-1"}
 
@@ -317,7 +317,7 @@ def test_smoke_failure_with_unresolvable_master_is_explained(case):
 # ---------------------------------------------------------------- numa_pinning and roce_qos
 
 def _numa(rec, installed="0 0 0-31 -", irq=None, current=None):
-    """Give a record its numa_pinning intent (numa.numa_intent) and facts (concern_facts.numa_pinning)."""
+    """Give a record its numa_pinning intent (numa_pinning.numa_intent) and facts (numa_pinning.read_numa)."""
     rec["intent"]["numa_pinning"] = {
         "binding_text": "# local_rank numa_node cpus gpu\n0 0 0-31 -\n",
         "irq": irq or {"interface": "eth0", "cpus": "0-31", "irqs": [],
@@ -431,7 +431,7 @@ FW_RULES = [{"from": "10.0.0.0/24", "port": None, "proto": "any", "interface": "
 
 
 def _fw(rec, stdout=UFW_OK, rc=0, backend="ufw"):
-    """Give a record its firewall intent and live rule set (facts firewall, concern_facts.firewall)."""
+    """Give a record its firewall intent and live rule set (facts firewall, firewall.read_rules)."""
     rec["intent"]["firewall"] = {"backend": backend, "cluster_cidr": "10.0.0.0/24", "rules": FW_RULES}
     rec["facts"]["firewall"] = {"tools": {"ufw": backend == "ufw", "nft": backend == "nftables"}, "backend": backend,
                                 "rc": rc, "stdout": stdout}
@@ -818,7 +818,9 @@ def test_evaluate_runs_every_registry_entry_in_order_with_its_records(monkeypatc
     assert seen == [("b", HOSTS, tuple(HOSTS), 1.5), ("a", ["node1", "node2"], tuple(HOSTS), 1.5)]
 
 
-def test_report_order_and_ids_are_the_registry_order():
+def every_concern():
+    """``healthy()`` with every concern on: an intent and facts for rps_rfs, roce_qos, numa_pinning,
+    firewall and ssh_trust too (each check passes)."""
     rec = healthy()
     for h in HOSTS:
         rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1})
@@ -826,12 +828,16 @@ def test_report_order_and_ids_are_the_registry_order():
         rec[h]["facts"]["rps_rfs"] = _rx_queues({"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 1}})
         _fw(_numa(rec[h]))
         rec[h]["ssh"] = _ssh(h)
-    ids = [c["id"] for c in evaluate(rec, HOSTS)]
-    assert ids == ["host.reachable", "data_plane.interface", "data_plane.mtu", "names.resolve", "names.reachable",
+    return rec
+
+
+def test_report_order_and_ids_are_the_registry_order():
+    ids = [c["id"] for c in evaluate(every_concern(), HOSTS)]
+    assert ids == ["host.reachable", "data_plane.interface", "names.resolve", "names.reachable", "data_plane.mtu",
                    "sysctl.net.core.netdev_budget", "sysctl.net.core.somaxconn", "sysctl.net.ipv4.tcp_rmem",
-                   "rps_rfs.queues", "numa.binding", "numa.irq_affinity", "roce.qos", "firewall.rules", "ssh.trust",
-                   "versions.torch", "links.rdma", "links.counters", "tools.findings", "dataset.path", "drift.files",
-                   "nccl_env.ifname", "net.run", "collective.reduce_scatter",
+                   "rps_rfs.queues", "numa.binding", "numa.irq_affinity", "roce.qos", "ssh.trust", "firewall.rules",
+                   "versions.torch", "nccl_env.ifname", "links.rdma", "links.counters", "tools.findings",
+                   "dataset.path", "drift.files", "net.run", "collective.reduce_scatter",
                    "collective.all_reduce", "collective.transport", "torchrun.smoke"]
 
 
@@ -852,7 +858,7 @@ def test_address_that_answered_only_on_the_retry_is_a_warning_with_the_first_err
 
 
 def test_retried_warning_names_the_links_sorted_with_their_evidence_and_cuts_the_list():
-    from ansible.module_utils.ncclprep.checks.model import retried_warning, retry_evidence
+    from ansible.module_utils.ncclprep.model import retried_warning, retry_evidence
 
     retried = {"node3 -> node1": [retry_evidence("node1", ["refused"])],
                "node1 -> node2": [retry_evidence("10.0.0.2", ["timeout", "reset"])]}

@@ -1,6 +1,8 @@
-"""What concern_facts reads for the roles' conditions and validate.yml's drift check
-(module_utils/ncclprep/concern_facts.py): where nic_mtu persists the MTU, and the host keys
-ssh_trust records in every node's known_hosts."""
+"""What the concerns' readers read for the roles' conditions and validate.yml's checks
+(``read`` of module_utils/ncclprep/concerns/<concern>.py, run by library/concern_facts.py and
+node.read_node): where nic_mtu persists the MTU, the host keys ssh_trust records in every node's
+known_hosts, the firewall's rules and listeners, nccl_env's files; and each reader's options
+checked against its own OPTIONS."""
 
 from __future__ import annotations
 
@@ -8,15 +10,10 @@ import os
 import shutil
 
 import pytest
-from ansible.module_utils.ncclprep import concern_facts
-from ansible.module_utils.ncclprep.concern_facts import (
-    netplan_netdef_type,
-    nic_mtu,
-    nic_persist,
-    persist_manager,
-    ssh_folder_problem,
-    ssh_trust,
-)
+from ansible.module_utils.ncclprep import concerns
+from ansible.module_utils.ncclprep.concerns import firewall, nccl_env
+from ansible.module_utils.ncclprep.concerns.nic_mtu import netplan_netdef_type, nic_persist, persist_manager, read_mtu
+from ansible.module_utils.ncclprep.concerns.ssh_trust import read_account, ssh_folder_problem
 
 import ncclprep
 
@@ -132,18 +129,19 @@ def test_networkmanager_counts_only_when_nmcli_names_a_connection():
 
 def test_nic_mtu_facts_carry_the_persistence_and_none_without_an_interface(tmp_path):
     write(tmp_path, "/etc/network/interfaces", "allow-hotplug ens1\niface ens1 inet static\n")
-    out = nic_mtu(Runner(nmcli=(10, "", "")), "ens1", persist="auto", root=str(tmp_path), sysfs=str(tmp_path))
+    out = read_mtu(Runner(nmcli=(10, "", "")), "ens1", persist="auto", root=str(tmp_path), sysfs=str(tmp_path))
     assert out["mtu"] == 1500 and out["persist"]["manager"] == "ifupdown"
-    assert nic_mtu(Runner(), None)["persist"] == {"manager": "none", "netplan": [], "ifupdown": [], "nm_connection": ""}
+    assert read_mtu(Runner(), None)["persist"] == {"manager": "none", "netplan": [], "ifupdown": [],
+                                                   "nm_connection": ""}
 
 
 def test_ssh_trust_reads_the_host_keys_of_the_types_asked_in_that_order(tmp_path):
     write(tmp_path, "/etc/ssh/ssh_host_ed25519_key.pub", f"{ED} root@node1\n")
     write(tmp_path, "/etc/ssh/ssh_host_rsa_key.pub", "garbage\n")
-    out = ssh_trust("root", ["ecdsa", "ed25519", "rsa"], root=str(tmp_path))
+    out = read_account("root", ["ecdsa", "ed25519", "rsa"], root=str(tmp_path))
     # ecdsa has no file, rsa's is not a key line: left out as the role's read left them out
     assert out["host_keys"] == [ED] and out["user"] == "root" and out["home"] == "/root"
-    assert ssh_trust("no-such-user-ncclprep", [], root=str(tmp_path)) == {
+    assert read_account("no-such-user-ncclprep", [], root=str(tmp_path)) == {
         "user": "no-such-user-ncclprep", "home": None, "host_keys": [], "ssh_dir_problem": None}
 
 
@@ -169,11 +167,10 @@ def test_a_linked_or_foreign_ssh_folder_is_named_and_never_followed(tmp_path):
     assert os.stat(target).st_uid == uid and sorted(os.listdir(target)) == []
 
 
-def test_the_module_passes_the_new_options_to_the_readers():
-    params = {"interface": "eth0", "timeout": 2.0, "persist": "none", "netplan_file": None, "user": "root",
-              "host_key_types": []}
-    assert concern_facts.READERS["nic_mtu"](Runner(), params)["persist"]["manager"] == "none"
-    assert concern_facts.READERS["ssh_trust"](Runner(), params)["host_keys"] == []
+def test_the_registry_reads_each_concern_with_its_own_options():
+    assert concerns.read("nic_mtu", Runner(), {"interface": "eth0", "timeout": "2", "persist": "none"})[
+        "persist"]["manager"] == "none"
+    assert concerns.read("ssh_trust", Runner(), {"host_key_types": "ed25519"})["host_keys"] == []
 
 
 def test_firewall_facts_keep_the_tcp_listeners_that_listen_ports_facts_read(tmp_path):
@@ -183,12 +180,12 @@ def test_firewall_facts_keep_the_tcp_listeners_that_listen_ports_facts_read(tmp_
                    "stime": "Tue Dec  1 22:04:28 2026"},
                   {"address": "*", "name": "python3", "pid": 4242, "port": 29400, "protocol": "tcp"},
                   {"address": "*", "name": "odd", "pid": 7, "port": "?"}, "not a dict"]
-    read = concern_facts.firewall(Runner(), "ufw", root=str(tmp_path), listening=tcp_listen)
+    read = firewall.read_rules(Runner(), "ufw", root=str(tmp_path), listening=tcp_listen)
     assert read["listening"] == [{"port": 22, "address": "0.0.0.0", "pid": 1, "name": "sshd"},
                                  {"port": 29400, "address": "*", "pid": 4242, "name": "python3"}]
-    assert concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))["listening"] is None
+    assert firewall.read_rules(Runner(), "ufw", root=str(tmp_path))["listening"] is None
     params = {"backend": "ufw", "timeout": 2.0, "listening": tcp_listen[:1]}
-    assert concern_facts.READERS["firewall"](Runner(), params)["listening"][0]["name"] == "sshd"
+    assert concerns.read("firewall", Runner(), params)["listening"][0]["name"] == "sshd"
 
 
 def test_nccl_env_facts_read_the_launch_files_as_they_are(tmp_path):
@@ -196,7 +193,7 @@ def test_nccl_env_facts_read_the_launch_files_as_they_are(tmp_path):
     env.write_text("# managed\nGLOO_SOCKET_IFNAME=eth0\nNCCL_DEBUG=WARN\n")
     bad = tmp_path / "bad.conf"
     bad.write_text("this is not KEY=VALUE\n")
-    read = concern_facts.nccl_env(procfs=str(tmp_path), env_files=[str(env), str(tmp_path / "absent"), str(bad)])
+    read = nccl_env.read_env(procfs=str(tmp_path), env_files=[str(env), str(tmp_path / "absent"), str(bad)])
     assert read["gpus"] == 0
     assert read["files"][0] == {"path": str(env), "values": {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}}
     assert read["files"][1] == {"path": str(tmp_path / "absent"), "values": None}
@@ -208,13 +205,13 @@ def test_ufw_facts_read_its_own_rule_files_and_ipv6_setting(tmp_path):
     fixtures from a real ufw) and IPV6= of /etc/default/ufw; a node without them gives None."""
     (tmp_path / "usr" / "sbin").mkdir(parents=True)
     (tmp_path / "usr" / "sbin" / "ufw").write_text("")
-    assert concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))["ufw_rules"] is None
+    assert firewall.read_rules(Runner(), "ufw", root=str(tmp_path))["ufw_rules"] is None
     fixtures = os.path.join(ncclprep.REPO_ROOT, "tests", "fixtures", "firewall")
     (tmp_path / "etc" / "ufw").mkdir(parents=True)
     (tmp_path / "etc" / "default").mkdir()
     shutil.copy(os.path.join(fixtures, "user.rules"), tmp_path / "etc" / "ufw" / "user.rules")
     (tmp_path / "etc" / "default" / "ufw").write_text('# comment\nIPV6=no\nDEFAULT_INPUT_POLICY="DROP"\n')
-    read = concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))
+    read = firewall.read_rules(Runner(), "ufw", root=str(tmp_path))
     assert read["ufw_ipv6"] == "no"
     assert read["ufw_defaults"] is None  # `ufw status verbose` did not answer
     assert [(r["action"], r["from"], r["port"], r["v6"]) for r in read["ufw_rules"]] == [
@@ -223,9 +220,9 @@ def test_ufw_facts_read_its_own_rule_files_and_ipv6_setting(tmp_path):
         ("allow", "0.0.0.0/0", None, False), ("limit", "0.0.0.0/0", "2222", False),
         ("allow", "10.1.0.0/16", "6000:6007", False), ("deny", "10.9.9.9", None, False)]
     shutil.copy(os.path.join(fixtures, "user6.rules"), tmp_path / "etc" / "ufw" / "user6.rules")
-    assert [r["from"] for r in concern_facts.firewall(Runner(), "ufw", root=str(tmp_path))["ufw_rules"]
+    assert [r["from"] for r in firewall.read_rules(Runner(), "ufw", root=str(tmp_path))["ufw_rules"]
             if r["v6"]] == ["::/0", "::/0", "::/0", "fd00::/64"]
-    nft = concern_facts.firewall(Runner(), "nftables", root=str(tmp_path))
+    nft = firewall.read_rules(Runner(), "nftables", root=str(tmp_path))
     assert nft["ufw_rules"] is None and nft["ufw_ipv6"] is None and nft["ufw_defaults"] is None
 
 
@@ -244,29 +241,26 @@ def test_ufw_facts_give_the_default_policies_an_active_ufw_prints(tmp_path, stat
     def run(argv, timeout):
         return (0, status, "") if argv[:2] == ["ufw", "status"] else (127, "", "not found")
 
-    assert concern_facts.firewall(run, "ufw", root=str(tmp_path))["ufw_defaults"] == defaults
+    assert firewall.read_rules(run, "ufw", root=str(tmp_path))["ufw_defaults"] == defaults
 
 
-def test_several_concerns_are_read_in_one_run_each_entry_checked_as_the_flat_form():
-    """Issue 24, item 2: validate.yml reads every concern of a node in one concern_facts run.
-    Each entry of ``concerns`` gets the flat form's defaults and checks; a bad entry is named."""
-    from conftest import load_source
-    module = load_source("concern_facts_module", "library/concern_facts.py")
-    wanted = module.requests({"concern": None, "concerns": {
-        "rps_rfs": {"interface": "eth0"}, "nic_mtu": {"interface": "eth0", "persist": "none", "timeout": "2"}}})
-    assert sorted(wanted) == ["nic_mtu", "rps_rfs"]
-    assert wanted["nic_mtu"]["timeout"] == 2.0 and wanted["nic_mtu"]["persist"] == "none"
-    assert wanted["rps_rfs"]["backend"] == "auto" and wanted["rps_rfs"]["host_key_types"] == []
-    assert module.requests({"concern": "rps_rfs", "concerns": None, **{k: None for k in concern_facts.READER_SPEC},
-                            "interface": "eth1"})["rps_rfs"]["interface"] == "eth1"
-    for concerns, message in [
-        ({"roce_qos": {}}, "concerns: 'roce_qos' is not a concern this module reads (valid: firewall, nccl_env, "
-                           "nic_mtu, numa_pinning, rps_rfs, ssh_trust)"),
-        ({"nic_mtu": {"persist": "systemd"}},
-         "concerns.nic_mtu: value of persist must be one of: auto, netplan, ifupdown, networkmanager, none, got: "
-         "systemd"),
-        ({"rps_rfs": {"interfaces": "eth0"}}, "concerns.rps_rfs: interfaces. Supported parameters include:"),
+def test_each_reader_takes_its_own_options_only():
+    """Issue 24, item 1: a reader's options are checked against its concern's OPTIONS, not a union of
+    every reader's: rps_rfs given firewall's ``backend`` is refused (the union let it through and
+    dropped it), as is an unknown concern; defaults and Ansible's conversions are applied."""
+    assert concerns.reader_options("nic_mtu", {"interface": "eth0", "timeout": "2"}) == {
+        "interface": "eth0", "persist": "auto", "netplan_file": None, "timeout": 2.0}
+    assert concerns.reader_options("rps_rfs", {"interface": "eth1"}) == {"interface": "eth1"}
+    for concern, options, message in [
+        ("roce_qos", {}, "'roce_qos' is not a concern read here (valid: nic_mtu, rps_rfs, numa_pinning, ssh_trust, "
+                         "firewall, nccl_env)"),
+        ("nic_mtu", {"persist": "systemd"}, "nic_mtu: persist='systemd'; valid: auto, netplan, ifupdown, "
+                                            "networkmanager, none"),
+        ("rps_rfs", {"interface": "eth0", "backend": "ufw"}, "rps_rfs: unknown option(s) ['backend']; valid: "
+                                                             "['interface']"),
     ]:
         with pytest.raises(ValueError) as err:
-            module.requests({"concern": None, "concerns": concerns})
-        assert str(err.value).startswith(message), str(err.value)
+            concerns.reader_options(concern, options)
+        assert str(err.value) == message
+    with pytest.raises(ValueError, match="needs map_file"):
+        concerns.read("numa_pinning", Runner(), {"interface": "eth0"})

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 import yaml
+from ansible.module_utils.ncclprep import concerns
 from ansible.module_utils.ncclprep.checks.drift import check_drift
-from ansible.module_utils.ncclprep.checks.model import Context
 from ansible.module_utils.ncclprep.drift import (
     FIELDS,
     KINDS,
@@ -26,6 +26,7 @@ from ansible.module_utils.ncclprep.drift import (
     managed_entries,
     summary,
 )
+from ansible.module_utils.ncclprep.model import Context
 
 import ncclprep
 
@@ -405,7 +406,7 @@ PLAY = """
     - name: Find the data plane (lo) and publish the members
       ansible.builtin.include_role: {name: data_plane, public: true}
     - name: Give the node the facts the roles decide on (concern_facts keeps what it is given in into)
-      concern_facts: {concern: nccl_env, into: "{{ fake_facts }}"}
+      concern_facts: {concerns: {nccl_env: {}}, into: "{{ fake_facts }}"}
     - name: Load each concern's defaults and manifest, as the preflight's include_role does
       ansible.builtin.include_vars: "{{ roles_dir }}/{{ item }}"
       loop: "{{ concerns | product(['defaults/main.yml', 'vars/main.yml']) | map('join', '/') }}"
@@ -472,8 +473,7 @@ def harness(tmp_path, provision: bool, **fact_args) -> dict:
     extra = dict(intents, **{k: str(v) for k, v in paths.items()}, fake_facts=facts(**fact_args), provision=provision,
                  concerns=CONCERNS, roles_dir=os.path.join(REPO, "roles"), rows_file=str(tmp_path / "rows.json"),
                  data_plane_cidr="127.0.0.0/8", ansible_python_interpreter=sys.executable,
-                 ncclprep_concerns=[c for c in _load(os.path.join(REPO, "playbooks", "vars", "concerns.yml"))[
-                     "ncclprep_concerns"] if c["name"] in CONCERNS])
+                 ncclprep_concerns=[c for c in concerns.rows() if c["name"] in CONCERNS])
     (tmp_path / "extra.json").write_text(json.dumps(extra))
     (tmp_path / "hosts.ini").write_text("[ncclprep_nodes]\nlocalhost ansible_connection=local\n")
     (tmp_path / "play.yml").write_text(PLAY)

@@ -1,5 +1,5 @@
 import pytest
-from ansible.module_utils.ncclprep.nccl_vars import check_env, ifname_matches, value_problem
+from ansible.module_utils.ncclprep.concerns.nccl_env import check_env, ifname_matches, value_problem
 
 IFACES = ["lo", "eth0", "eth1", "docker0", "bond0", "br-3fa1"]
 

@@ -4,8 +4,8 @@ net_probe results shaped as the module returns them, with figures measured here.
 from __future__ import annotations
 
 from ansible.module_utils.ncclprep.checks import evaluate
-from ansible.module_utils.ncclprep.checks.model import Context
 from ansible.module_utils.ncclprep.checks.network import check_network, summarize_network
+from ansible.module_utils.ncclprep.model import Context
 from ansible.module_utils.ncclprep.report import render_markdown
 
 HOSTS = ["node1", "node2", "node3"]

@@ -160,22 +160,22 @@ def test_only_one_concern_still_reads_the_node_its_check_needs(tmp_path, capsys)
 
 def test_options_from_the_inventory_are_converted_as_an_argument_spec_converts_them():
     """Review of this change: node_facts took the readers' and roce_qos's options as plain dicts,
-    so `-e roce_qos_ecn=false` reached roce.survey as the text "false" (bool: True) and
+    so `-e roce_qos_ecn=false` reached roce_qos.survey as the text "false" (bool: True) and
     `-e ssh_trust_host_key_types=ed25519` as a text the reader walked letter by letter."""
-    from ansible.module_utils.ncclprep import concern_facts, node
+    from ansible.module_utils.ncclprep import concerns, node
+    from ansible.module_utils.ncclprep.concerns.roce_qos import SURVEY_SPEC
     from ansible.module_utils.ncclprep.options import coerce
-    from ansible.module_utils.ncclprep.roce import SURVEY_SPEC
 
     assert coerce(SURVEY_SPEC, {"ecn": "false", "pfc_priority": "3", "interfaces": "eth0,eth1"}, "h") == {
         "interfaces": ["eth0", "eth1"], "pfc_priority": 3, "trust": "dscp", "ecn": False, "tool": "auto",
         "timeout": 10.0}
-    assert concern_facts.reader_options("ssh_trust", {"host_key_types": "ed25519"})["host_key_types"] == ["ed25519"]
+    assert concerns.reader_options("ssh_trust", {"host_key_types": "ed25519"})["host_key_types"] == ["ed25519"]
     with pytest.raises(node.ReadError, match=r"roce_qos: \S+: pfc_priority='high': not an integer"):
         node.read_node({"roce_qos": {"pfc_priority": "high"}})
     with pytest.raises(ValueError, match=r"firewall: backend=\['ufw'\]: not a text"):
-        concern_facts.reader_options("firewall", {"backend": ["ufw"]})
+        concerns.reader_options("firewall", {"backend": ["ufw"]})
     with pytest.raises(ValueError, match=r"nic_mtu: persist='netctl'; valid: auto, netplan"):
-        concern_facts.reader_options("nic_mtu", {"persist": "netctl"})
+        concerns.reader_options("nic_mtu", {"persist": "netctl"})
 
 
 def test_a_process_name_with_a_blank_is_kept_whole():

@@ -5,12 +5,12 @@ import os
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.ncclprep import concern_facts
-from ansible.module_utils.ncclprep.numa import (
+from ansible.module_utils.ncclprep.concerns.numa_pinning import (
     binding_map,
     irq_affinity_plan,
     irqs_off,
     numa_intent,
+    read_numa,
     read_topology,
     render_binding,
 )
@@ -257,7 +257,7 @@ def test_facts_then_intent_give_topology_binding_and_irq_plan(eight_gpu, tmp_pat
     write(str(proc / "irq" / "201" / "smp_affinity_list"), "0-255\n")
     mapfile = tmp_path / "numa-binding"
     mapfile.write_text("# managed\n# local_rank numa_node cpus gpu\n0 3 48-63 0000:17:00.0\n")
-    facts = concern_facts.numa_pinning("ibp12s0", str(mapfile), sysfs=eight_gpu, procfs=str(proc))
+    facts = read_numa("ibp12s0", str(mapfile), sysfs=eight_gpu, procfs=str(proc))
     assert facts["installed_text"] == "0 3 48-63 0000:17:00.0"
     assert facts["irq_affinity"] == {200: "48-63,176-191", 201: "0-255"}
     intent = numa_intent(facts["topology"], None, "ibp12s0", None)
@@ -276,7 +276,7 @@ def test_container_intent_and_errors_name_host_variable_and_value(tmp_path, eigh
     sysfs = str(tmp_path / "container")
     write(os.path.join(sysfs, "devices", "system", "cpu", "online"), "0-3\n")
     net(sysfs, "eth0")
-    facts = concern_facts.numa_pinning("eth0", str(tmp_path / "absent"), sysfs=sysfs, procfs=str(tmp_path))
+    facts = read_numa("eth0", str(tmp_path / "absent"), sysfs=sysfs, procfs=str(tmp_path))
     assert facts["installed_text"] is None and facts["irq_affinity"] == {}
     intent = numa_intent(facts["topology"], None, "eth0", None)
     assert intent["nproc"] == 1
@@ -284,7 +284,7 @@ def test_container_intent_and_errors_name_host_variable_and_value(tmp_path, eigh
     assert intent["irq"]["reason"].startswith("no IRQs: eth0 is a virtual interface")
     assert irqs_off(intent["irq"], {}) == []
     from filter_plugins.ncclprep import numa_pinning_intent
-    gpu_facts = concern_facts.numa_pinning("ibp12s0", str(tmp_path / "absent"), sysfs=eight_gpu, procfs=str(tmp_path))
+    gpu_facts = read_numa("ibp12s0", str(tmp_path / "absent"), sysfs=eight_gpu, procfs=str(tmp_path))
     with pytest.raises(AnsibleFilterError, match=r"^node7: 6 local ranks but only 4 GPU\(s\).*"
                                                   r"numa_pinning_nproc_per_node=6"):
         numa_pinning_intent(gpu_facts, 6, "ibp12s0", None, "node7")

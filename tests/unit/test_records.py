@@ -14,16 +14,16 @@ import typing
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.ncclprep import concerns
 from ansible.module_utils.ncclprep.checks import HostRecord, build_record
-from ansible.module_utils.ncclprep.checks.model import RESULT_VARS
+from ansible.module_utils.ncclprep.model import RESULT_VARS
 from conftest import ANSIBLE_JSON_ENV as ENV
 from conftest import BIN, REPO, load_source
 
 CONCERNS_FILE = os.path.join(REPO, "playbooks", "vars", "concerns.yml")
 REPORT_YML = os.path.join(REPO, "roles", "preflight", "tasks", "report.yml")
 
-with open(CONCERNS_FILE, encoding="utf-8") as _fh:
-    CONCERNS = [c["name"] for c in yaml.safe_load(_fh)["ncclprep_concerns"]]
+CONCERNS = [concerns.name_of(c) for c in concerns.CONCERNS]
 
 records_filters = load_source("ncclprep_records_filters", "filter_plugins/records.py")
 host_records = records_filters.FilterModule().filters()["ncclprep_host_records"]
@@ -47,7 +47,7 @@ def assert_is_host_record(host, record):
     assert set(record) == set(HINTS), f"{host}: keys {sorted(record)} != HostRecord {sorted(HINTS)}"
     for key, hint in HINTS.items():
         assert conforms(record[key], hint), f"{host}: {key}={record[key]!r} is not {hint}"
-    assert set(record["intent"]) == set(CONCERNS), f"{host}: intent keys != concerns.yml"
+    assert set(record["intent"]) == set(CONCERNS), f"{host}: intent keys != the registry's concerns"
 
 
 def test_conforms_tells_the_annotations_apart():

@@ -1,5 +1,6 @@
-"""The registry of concerns (playbooks/vars/concerns.yml) agrees with roles/, and it is the
-only list of them; intent.yml files read no live state."""
+"""The registry of concerns (module_utils/ncclprep/concerns, handed to the playbooks by
+playbooks/vars/concerns.yml) agrees with roles/, and it is the only list of them; intent.yml
+files read no live state."""
 
 from __future__ import annotations
 
@@ -10,17 +11,17 @@ import subprocess
 
 import pytest
 import yaml
+from ansible.module_utils.ncclprep import concerns
 
 import ncclprep
 
 REPO = ncclprep.REPO_ROOT
-REGISTRY = os.path.join(REPO, "playbooks", "vars", "concerns.yml")
 # Roles that are not concerns: the membership every concern reads, the preflight that
 # checks them, and a task helper the roles share.
 NOT_CONCERNS = {"data_plane": "the cluster membership and data-plane interface every concern reads",
                 "preflight": "validate.yml's role: loops over the registry",
                 "boot_unit": "shared task helper (the boot-time unit of rps_rfs, numa_pinning, roce_qos)"}
-FIELDS = {"name", "switch", "data_plane", "facts", "tag"}
+FIELDS = {"name", "switch", "data_plane", "facts", "reader"}
 # What an intent.yml may do: compute from variables and facts already read. No module
 # that reads the node (command, stat, slurp, find, getent, a custom facts module ...).
 PURE = {"ansible.builtin.set_fact", "ansible.builtin.assert", "ansible.builtin.debug",
@@ -34,7 +35,7 @@ def load(path: str):
         return yaml.safe_load(fh)
 
 
-CONCERNS = load(REGISTRY)["ncclprep_concerns"]
+CONCERNS = concerns.rows()
 NAMES = [c["name"] for c in CONCERNS]
 
 
@@ -43,12 +44,21 @@ def role_dirs() -> list[str]:
                   if os.path.isdir(os.path.join(p, "tasks")))
 
 
-def test_every_entry_has_exactly_the_registry_fields_and_unique_names_and_tags():
+def test_every_entry_has_exactly_the_registry_fields_and_unique_names():
     for c in CONCERNS:
         assert set(c) == FIELDS, c
         assert isinstance(c["data_plane"], bool) and isinstance(c["facts"], bool), c
     assert len(set(NAMES)) == len(NAMES)
-    assert len({c["tag"] for c in CONCERNS}) == len(CONCERNS)
+
+
+def test_the_playbooks_take_the_registry_from_the_lookup():
+    """playbooks/vars/concerns.yml lists no concern: it asks lookup_plugins/ncclprep_concerns.py,
+    which gives concerns.rows()."""
+    assert load(os.path.join(REPO, "playbooks", "vars", "concerns.yml")) == {
+        "ncclprep_concerns": "{{ query('ncclprep_concerns') }}"}
+    from conftest import load_source
+    lookup = load_source("ncclprep_concerns_lookup", "lookup_plugins/ncclprep_concerns.py")
+    assert lookup.LookupModule().run([]) == CONCERNS
 
 
 def test_every_role_is_a_concern_or_named_as_not_one():
@@ -109,7 +119,7 @@ def test_no_second_place_lists_the_concerns():
                            cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     offenders = {}
     for rel in files:
-        if rel == "playbooks/vars/concerns.yml" or rel.endswith(".md") or "/molecule/" in rel:
+        if rel == "module_utils/ncclprep/concerns/__init__.py" or rel.endswith(".md") or "/molecule/" in rel:
             continue
         path = os.path.join(REPO, rel)
         if not os.path.isfile(path):
@@ -124,14 +134,12 @@ def test_no_second_place_lists_the_concerns():
 
 
 def test_every_concern_with_facts_has_a_reader():
-    from ansible.module_utils.ncclprep.concern_facts import READERS
-
     with_facts = {c["name"] for c in CONCERNS if c["facts"]}
-    # roce_qos reads its own state with its module in check mode (into ansible_facts.ncclprep.roce_qos)
-    assert set(READERS) == with_facts - {"roce_qos"}
+    # roce_qos reads its own state with roce_qos.survey (its module, and node.read_node)
+    assert {c["name"] for c in CONCERNS if c["reader"]} == with_facts - {"roce_qos"}
 
 
-@pytest.mark.parametrize("concern", sorted(c["name"] for c in CONCERNS if c["facts"] and c["name"] != "roce_qos"))
+@pytest.mark.parametrize("concern", sorted(c["name"] for c in CONCERNS if c["reader"]))
 def test_a_concern_is_read_with_its_reader_so_validate_reads_all_in_one_run(concern):
     """Issue 24, item 2: validate.yml reads every concern of a node in one concern_facts run from
     the roles' ``<role>_reader`` options. A facts.yml that read with options of its own, or

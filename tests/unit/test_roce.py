@@ -19,20 +19,19 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
-from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
-from ansible.module_utils.ncclprep.roce import (
+from ansible.module_utils.ncclprep.concerns.roce_qos import (
     choose_tool,
     commands,
     ecn_writes,
-    find_roce_ports,
     format_state,
-    list_rdma_ports,
     plan,
     read_ecn,
     show_commands,
     unmanaged,
 )
+from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
+from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
+from ansible.module_utils.ncclprep.sysfs import find_roce_ports, list_rdma_ports
 from conftest import read_fixture
 
 import ncclprep

@@ -1,7 +1,7 @@
 import os
 
 import pytest
-from ansible.module_utils.ncclprep.sysctl import (
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import (
     kernel_error,
     normalize,
     parse_sysctl_a,
@@ -63,7 +63,7 @@ def test_proc_path_and_read_live(tmp_path):
     ("net.core.default_qdisc", "fq codel", None, "not a single word"),
 ])
 def test_check_value(key, value, available, error):
-    from ansible.module_utils.ncclprep.sysctl import check_value
+    from ansible.module_utils.ncclprep.concerns.sysctl_tuning import check_value
 
     got = check_value(key, value, available)
     if error is None:
@@ -73,7 +73,7 @@ def test_check_value(key, value, available, error):
 
 
 def test_brr_suggests_bbr():
-    from ansible.module_utils.ncclprep.sysctl import check_value
+    from ansible.module_utils.ncclprep.concerns.sysctl_tuning import check_value
 
     assert "did you mean 'bbr'?" in check_value("net.ipv4.tcp_congestion_control", "brr", ["reno", "cubic"])
 

@@ -5,7 +5,7 @@ The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the c
 
     {"alive": bool,              # False: failed or unreachable during the run
      "facts": dict | None,       # ansible_facts.ncclprep (node_facts, and facts[<concern>]); None: no facts
-     "intent": {<concern>: ...}, # <concern>_intent per concern of playbooks/vars/concerns.yml, or None
+     "intent": {<concern>: ...}, # <concern>_intent per concern of concerns.CONCERNS, or None
      "ssh": list | None,         # ssh_mesh results run on the host
      "counters": dict | None,    # port_counters result when the run ends (facts.counters: when it starts)
      "net": dict | None,         # net_probe result (directions this host sent)
@@ -20,13 +20,12 @@ or links to blame (sorted), the measured and expected values, a one-line message
 one-line remediation. Most checks collect their problems first and then call
 ``model.verdict``: FAIL naming the problems, or PASS.
 
-The registry. ``REGISTRY`` lists the check functions in report order, each from its module:
-one module per concern of playbooks/vars/concerns.yml (``checks/<concern>.py``, names in
-``CONCERN_MODULES``) and the preflight's own modules (``PREFLIGHT_MODULES``: reachable,
+The registry. ``REGISTRY`` lists the check functions in report order: each concern's ``check``
+from its module (concerns/<name>.py, the concerns of concerns.CONCERNS, names in
+``CONCERN_MODULES``) and the preflight's own modules here (``PREFLIGHT_MODULES``: reachable,
 data_plane, versions, limits, links, tools, dataset, drift, network, collectives, smoke). Every function is
 ``check(records, ctx) -> list[Check]`` with ``ctx`` a ``model.Context``; concern checks see
-only the hosts that gave facts.
-Adding a concern's check: its module here, one ``Entry`` in REGISTRY, one line in concerns.yml.
+only the hosts that gave facts. A concern's check comes with its module (concerns/__init__.py).
 
 Every import in this package is absolute (``ansible.module_utils.ncclprep.checks...``):
 that is the only form Ansible follows when it ships module_utils with a module.
@@ -46,11 +45,15 @@ from ansible.module_utils.ncclprep.checks.collectives import (
 from ansible.module_utils.ncclprep.checks.data_plane import check_interface
 from ansible.module_utils.ncclprep.checks.dataset import check_dataset
 from ansible.module_utils.ncclprep.checks.drift import check_drift
-from ansible.module_utils.ncclprep.checks.firewall import check_firewall
-from ansible.module_utils.ncclprep.checks.host_names import check_names
 from ansible.module_utils.ncclprep.checks.limits import check_limits
 from ansible.module_utils.ncclprep.checks.links import check_links
-from ansible.module_utils.ncclprep.checks.model import (
+from ansible.module_utils.ncclprep.checks.network import check_network, summarize_network
+from ansible.module_utils.ncclprep.checks.reachable import check_reachable
+from ansible.module_utils.ncclprep.checks.smoke import check_smoke
+from ansible.module_utils.ncclprep.checks.tools import check_tools
+from ansible.module_utils.ncclprep.checks.versions import check_versions
+from ansible.module_utils.ncclprep.concerns import CONCERNS, name_of
+from ansible.module_utils.ncclprep.model import (
     BAD,
     STATUSES,
     Check,
@@ -61,19 +64,6 @@ from ansible.module_utils.ncclprep.checks.model import (
     overall,
     verdict,
 )
-from ansible.module_utils.ncclprep.checks.nccl_env import check_ifname
-from ansible.module_utils.ncclprep.checks.network import check_network, summarize_network
-from ansible.module_utils.ncclprep.checks.nic_mtu import check_mtu
-from ansible.module_utils.ncclprep.checks.numa_pinning import check_numa
-from ansible.module_utils.ncclprep.checks.reachable import check_reachable
-from ansible.module_utils.ncclprep.checks.roce_qos import check_roce
-from ansible.module_utils.ncclprep.checks.rps_rfs import check_queues
-from ansible.module_utils.ncclprep.checks.smoke import check_smoke
-from ansible.module_utils.ncclprep.checks.ssh_trust import check_ssh
-from ansible.module_utils.ncclprep.checks.sysctl_tuning import check_sysctl
-from ansible.module_utils.ncclprep.checks.tools import check_tools
-from ansible.module_utils.ncclprep.checks.torch_runtime import check_torch
-from ansible.module_utils.ncclprep.checks.versions import check_versions
 
 __all__ = [
     "BAD", "CONCERN_MODULES", "NODE_MODULES", "PREFLIGHT_MODULES", "REGISTRY", "STATUSES", "SUPPORT_MODULES",
@@ -91,26 +81,18 @@ class Entry(NamedTuple):
     with_facts_only: bool = True
 
 
-#: Every check function, in report order.
+#: Every check function, in report order: reachable and data_plane, then every concern's in the
+#: registry's order (concerns.CONCERNS), then the preflight's own.
 REGISTRY: tuple[Entry, ...] = (
     Entry("reachable", check_reachable, with_facts_only=False),
     Entry("data_plane", check_interface),
-    Entry("nic_mtu", check_mtu),
-    Entry("host_names", check_names),
-    Entry("sysctl_tuning", check_sysctl),
-    Entry("rps_rfs", check_queues),
-    Entry("numa_pinning", check_numa),
-    Entry("roce_qos", check_roce),
-    Entry("firewall", check_firewall),
-    Entry("ssh_trust", check_ssh),
-    Entry("torch_runtime", check_torch),
+    *(Entry(name_of(c), c.check) for c in CONCERNS),
     Entry("versions", check_versions),
     Entry("limits", check_limits),
     Entry("links", check_links),
     Entry("tools", check_tools),
     Entry("dataset", check_dataset),
     Entry("drift", check_drift, with_facts_only=False),
-    Entry("nccl_env", check_ifname),
     Entry("network", check_network, with_facts_only=False),
     Entry("collectives", check_collectives, with_facts_only=False),
     Entry("collectives", check_transport, with_facts_only=False),
@@ -118,13 +100,13 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("smoke", check_smoke, with_facts_only=False),
 )
 
-#: Check modules that belong to the preflight itself, not to a concern of concerns.yml.
+#: Check modules that belong to the preflight itself, not to a concern of concerns.CONCERNS.
 PREFLIGHT_MODULES = ("reachable", "data_plane", "versions", "limits", "links", "tools", "dataset", "drift", "network",
                      "collectives", "smoke")
 #: Modules of this package that hold no check (the model and shared helpers).
 SUPPORT_MODULES = ("model",)
-#: One check module per concern of playbooks/vars/concerns.yml, in report order.
-CONCERN_MODULES = tuple(dict.fromkeys(e.module for e in REGISTRY if e.module not in PREFLIGHT_MODULES))
+#: The concerns (concerns.CONCERNS), whose checks live in their modules under concerns/.
+CONCERN_MODULES = tuple(name_of(c) for c in CONCERNS)
 #: The check modules that judge a host by its own record (facts and intent) alone, the checks
 #: ``ncclprep node check`` runs on a node (``evaluate_node``): every concern's, and the preflight's
 #: data_plane, limits, links, tools and dataset. The others need the cluster (reachable, versions:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import (
+from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
     HostRecord,

@@ -9,7 +9,7 @@ Facts: ``dataset`` {path, exists, kind, readable, entries, sample, error, hung} 
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, make_check, verdict
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, make_check, verdict
 
 
 def check_dataset(records: dict[str, HostRecord], ctx: Context) -> list[Check]:

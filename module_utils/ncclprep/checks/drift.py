@@ -10,8 +10,8 @@ the files that carry them across a reboot or into every launch.
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, make_check, verdict
 from ansible.module_utils.ncclprep.drift import summary
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, make_check, verdict
 
 
 def check_drift(records: dict[str, HostRecord], ctx: Context) -> list[Check]:

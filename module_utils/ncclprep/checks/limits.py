@@ -15,7 +15,7 @@ Facts: ``limits`` {memlock (bytes, None: unlimited), shm_bytes, rdma_devices} an
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, make_check, verdict
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, make_check, verdict
 
 #: Smallest /dev/shm for a GPU host: 1 GiB, the --shm-size NCCL's troubleshooting guide gives.
 MIN_SHM_BYTES = 1 << 30

@@ -19,7 +19,7 @@ Facts: ``hostinfo`` (library/node_facts.py), ``rdma_gids``, ``counters``.
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import (
+from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
     HostRecord,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, verdict
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, verdict
 
 
 def check_reachable(records: dict[str, HostRecord], ctx: Context) -> list[Check]:

@@ -10,7 +10,7 @@ that a job fails. INFO findings are not reported.
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, make_check
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, make_check
 
 #: hostinfo readings judged elsewhere (checks/links.py).
 ELSEWHERE = ("ib_ports", "ibv_devinfo")

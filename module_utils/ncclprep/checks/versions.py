@@ -8,7 +8,7 @@ against the majority of the hosts; the outliers are named with their values.
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import Check, Context, HostRecord, facts_of, majority, verdict
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, majority, verdict
 
 #: versions key -> what it is (the check is versions.<key>); torch itself is versions.torch.
 KEYS = {

@@ -21,7 +21,7 @@ Where each parser reads live nodes or logs:
   shape: ``ifconfig -a`` (net-tools 1.60 and 2.x) that of ``ip_link`` (and its diagnosis), plain
   ``lscpu`` that of ``numactl -H`` (``numa_lscpu``); ``topo`` reads ``nvidia-smi topo -m`` and
   ``-p2p``; ``ethtool`` reads ``ethtool <dev>`` and ``ethtool -i <dev>``.
-- ``dcb``, ``mlnx_qos``: the roce_qos module (rules in ``module_utils/ncclprep/roce.py``).
+- ``dcb``, ``mlnx_qos``: the roce_qos module (rules in ``module_utils/ncclprep/concerns/roce_qos.py``).
 - ``ufw``, ``torch_dist``: the checks (``firewall.rules``; the probe's error explained).
 - ``nccl_log``, ``nccl_tests``: logs a job writes, not a node's state: read by the offline doctor
   (``module_utils/ncclprep/doctor.py``, ``ncclprep doctor``), which runs every parser here (and

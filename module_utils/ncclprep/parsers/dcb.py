@@ -3,7 +3,7 @@
 With ``-j`` (dcb(8)) ``dcb -j pfc show dev IF`` prints one object whose ``prio_pfc`` is an
 array of 8 booleans, priority 0 first (iproute2 dcb/dcb_pfc.c, dcb_print_array_on_off), and
 ``dcb -j apptrust show dev IF`` prints ``{"order": ["dscp", ...]}`` (dcb/dcb_apptrust.c).
-The roce_qos module (``module_utils/ncclprep/roce.py`` for the rules) reads them. Priority
+The roce_qos module (``module_utils/ncclprep/concerns/roce_qos.py`` for the rules) reads them. Priority
 maps are ``{prio (int 0..7): bool | None}``; None is "not shown". Standard library only.
 """
 

@@ -3,7 +3,7 @@
 It prints ``Priority trust state: dscp`` (``none`` when the driver cannot report trust) and a
 ``PFC configuration:`` table whose ``enabled`` row holds one 0/1 per priority under a
 ``priority`` header row, plus DCBX mode, cable length, the dscp2prio map, receive buffers and
-tc rows. The roce_qos module (``module_utils/ncclprep/roce.py`` for the rules) reads it.
+tc rows. The roce_qos module (``module_utils/ncclprep/concerns/roce_qos.py`` for the rules) reads it.
 Standard library only.
 """
 

@@ -12,7 +12,7 @@ from typing import Any
 
 #: Statuses from the worst to the best: the order problems are listed in.
 SEVERITY = ("HANG", "FAIL", "WARN", "SKIP", "PASS")
-#: Statuses that fail the run (checks.model.BAD).
+#: Statuses that fail the run (model.BAD).
 BAD = ("FAIL", "HANG")
 
 _LINK = re.compile(r"^(?:link )?(.+?) <?-> (.+)$")

@@ -5,7 +5,7 @@ Schema). In short::
 
     {"schema_version": 2, "status": "PASS" | "FAIL", "generated_at": "20261130T221500Z",
      "hosts": [host, ...],                 # every host the run was meant to cover
-     "checks": [Check, ...],               # checks.model.Check, report order
+     "checks": [Check, ...],               # model.Check, report order
      "network": {...},                     # checks.summarize_network ({} when it did not run)
      "collectives": {...},                 # checks.summarize_collectives ({} when it did not run)
      "versions": {"keys", "hosts", "majority", "outliers"},   # versions_table
@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.module_utils.ncclprep.checks.collectives import summarize_collectives
-from ansible.module_utils.ncclprep.checks.model import majority, overall
 from ansible.module_utils.ncclprep.checks.network import summarize_network
+from ansible.module_utils.ncclprep.model import majority, overall
 from ansible.module_utils.ncclprep.report.common import counts
 
 SCHEMA_VERSION = 2
@@ -55,7 +55,7 @@ def versions_table(records: Mapping[str, Any]) -> dict:
     """The versions table of the hosts that gave facts (facts ``versions``, node_facts).
 
     Returns ``{"keys": [the VERSION_KEYS some host reports], "hosts": {host: {key: version
-    string or None}}, "majority": {key: the most common value (checks.model.majority, None
+    string or None}}, "majority": {key: the most common value (model.majority, None
     counting as a value, as checks/versions.py counts it)}, "outliers": {key: [hosts whose
     value differs from the majority]}}`` (``outliers`` only for keys that have some).
     """

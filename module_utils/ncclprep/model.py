@@ -9,7 +9,7 @@ A host record (``HostRecord``) is what the preflight knows about one host at the
 the run; ``build_record`` makes it from that host's variables (the filter
 ``ncclprep_host_records`` in filter_plugins/records.py calls it from report.yml).
 
-Pure Python, no Ansible: imported as ``ansible.module_utils.ncclprep.checks.model``.
+Pure Python, no Ansible: imported as ``ansible.module_utils.ncclprep.model``.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ class HostRecord(TypedDict):
       longer in ``ansible_play_hosts``); True otherwise.
     - ``facts``: ``ansible_facts.ncclprep``: what node_facts read (see library/node_facts.py
       RETURN) and, under ``facts[<concern>]``, each concern's live state read by
-      concern_facts (module_utils/ncclprep/concern_facts.py); None when the host gave no
+      its reader (module_utils/ncclprep/concerns/<concern>.py); None when the host gave no
       facts (unreachable before the checks). Checks compare ``intent[<concern>]`` with these.
     - ``intent``: concern name -> ``<name>_intent`` of that host (the desired state the
       concern's role computed, e.g. ``intent["sysctl_tuning"]`` the merged sysctl dict,
       ``intent["torch_runtime"]["version"]`` the pinned torch, ``intent["nic_mtu"]["mtu"]``
       the MTU in bytes), or None where the concern is off or its intent was not computed.
-      Holds exactly one key per concern of playbooks/vars/concerns.yml.
+      Holds exactly one key per concern of concerns.CONCERNS.
     - ``ssh``: the ssh_mesh module's ``results`` run on this host (``[{host, name, ok, cause,
       explanation}]``), or None when it did not run.
     - ``counters``: the port_counters module's ``counters`` read when the run ends (the
@@ -123,7 +123,7 @@ class Context:
 def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterable[str]) -> HostRecord:
     """One host's ``HostRecord`` from its variables (``hostvars[host]`` on the controller).
 
-    ``concern_names``: the concern names of playbooks/vars/concerns.yml; ``intent[name]`` is
+    ``concern_names``: the concern names of concerns.CONCERNS; ``intent[name]`` is
     the variable ``<name>_intent`` or None where it is undefined. ``facts`` is
     ``ansible_facts.ncclprep`` or None; ``ssh``, ``probe`` and ``smoke`` come from the
     registered results named in RESULT_VARS (None when absent or skipped).
@@ -210,7 +210,7 @@ def facts_of(record: Mapping[str, Any] | None) -> dict:
 
 
 def intent_of(record: Mapping[str, Any] | None, concern: str) -> Any:
-    """A record's intent for ``concern`` (a concern name of concerns.yml), None when absent."""
+    """A record's intent for ``concern`` (a concern name of concerns.CONCERNS), None when absent."""
     return ((record or {}).get("intent") or {}).get(concern)
 
 

@@ -1,8 +1,12 @@
-"""versions.torch (concern torch_runtime): the pinned torch on every host."""
+"""The torch_runtime concern: the pinned torch in its own venv on every node.
+
+Reading: node.read_facts runs the venv's python (facts ``torch_runtime``). Intent:
+roles/torch_runtime/tasks/intent.yml. Check: ``versions.torch``.
+"""
 
 from __future__ import annotations
 
-from ansible.module_utils.ncclprep.checks.model import (
+from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
     HostRecord,
@@ -18,7 +22,7 @@ def _base(version: object) -> str:
     return str(version).split("+")[0]
 
 
-def check_torch(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """versions.torch: torch is installed at the pinned version (local label ignored) on every host.
 
     facts ``versions.torch``: the installed version or None; intent ``torch_runtime.version``:
@@ -36,3 +40,10 @@ def check_torch(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                             f"({', '.join(f'{h}={seen[h]}' for h in bad)})",
                     remediation="re-run site.yml (role torch_runtime)",
                     passed=f"torch {majority(seen)} on every host", passed_measured=majority(seen))]
+
+
+# This concern's entry in the registry (concerns/__init__.py).
+SWITCH = None
+DATA_PLANE = False
+FACTS = False
+IDS = ("versions.torch",)

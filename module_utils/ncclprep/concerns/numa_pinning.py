@@ -1,4 +1,8 @@
-"""NUMA topology from sysfs and the per-node binding map of the numa_pinning role.
+"""The numa_pinning concern: NUMA topology from sysfs, the per-node binding map, the IRQ plan.
+
+Reading (``read``): the topology and the IRQ affinity of the data-plane NIC. Intent:
+roles/numa_pinning/tasks/intent.yml (``numa_intent``). Checks: ``numa.binding`` and
+``numa.irq_affinity``.
 
 Sources (Linux sysfs ABI, Documentation/ABI/stable/sysfs-devices-node and
 Documentation/ABI/testing/sysfs-bus-pci):
@@ -23,6 +27,34 @@ import os
 import re
 
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, parse_cpulist
+from ansible.module_utils.ncclprep.hostinfo import Runner
+from ansible.module_utils.ncclprep.model import (
+    Check,
+    Context,
+    HostRecord,
+    facts_of,
+    intent_of,
+    majority,
+    make_check,
+    verdict,
+)
+from ansible.module_utils.ncclprep.sysfs import read_text
+
+
+def read_numa(interface: str | None, map_file: str, sysfs: str = "/sys", procfs: str = "/proc") -> dict:
+    """``{topology (numa.read_topology), irq_affinity: {irq: smp_affinity_list or None} of the
+    interface's IRQs, installed_text (the installed binding map without comment lines, or None
+    when absent)}``.
+    """
+    topo = read_topology(sysfs)
+    nic = (topo.get("nics") or {}).get(interface or "") or {}
+    text = read_text(map_file)
+    installed = None
+    if text is not None:
+        installed = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    return {"topology": topo, "irq_affinity": read_affinity(procfs, nic.get("irqs") or []),
+            "installed_text": installed}
+
 
 NVIDIA_VENDOR = "0x10de"
 #: PCI class prefixes of GPUs: 0x0300 VGA compatible, 0x0302 3D controller (PCI code and ID assignment spec).
@@ -259,7 +291,7 @@ def read_affinity(procfs: str, irqs: list) -> dict:
 
 
 def numa_intent(topology: dict, nproc: int | None, interface: str | None, cpus: str | None) -> dict:
-    """The numa_pinning intent from the topology (concern_facts.numa_pinning) and the role's variables.
+    """The numa_pinning intent from the topology (``read_numa``) and the role's variables.
 
     ``nproc``: local ranks per node (None: one per GPU, at least 1); ``interface``: the NIC
     whose IRQs are pinned (None: no IRQ plan); ``cpus``: the CPUs for its IRQs (None: the NIC's
@@ -296,3 +328,76 @@ def irqs_off(irq: dict | None, current: dict) -> list[int]:
         if not same:
             off.append(n)
     return off
+
+
+def map_lines(text: str | None) -> list[str] | None:
+    """Non-comment, non-blank lines of a binding map text, stripped; None stays None (not installed)."""
+    if text is None:
+        return None
+    return [line.strip() for line in str(text).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """numa.binding and numa.irq_affinity: intent ``numa_pinning`` (None: role off) against
+    facts ``numa_pinning``.
+
+    intent ``numa_pinning``: {binding_text (the map computed from the topology, lines
+    ``local_rank numa_node cpus gpu``), irq: {interface, cpus, irqs, reason} or None, ...}
+    (``numa_intent``). facts ``numa_pinning``: {installed_text (the installed map, None when
+    absent), irq_affinity: {irq: smp_affinity_list now}, topology} (``read_numa``).
+    numa.binding FAILs hosts whose installed map differs from today's topology (a GPU moved, a
+    map never installed); PASS measures host -> ranks in the map. numa.irq_affinity FAILs hosts
+    with data-plane IRQs off the intended CPUs (``irqs_off``; measured: host -> {irq: CPUs
+    now}), and is SKIP with the most common reason when no host has IRQs to pin (virtual NICs).
+    """
+    rows = {h: (intent_of(r, "numa_pinning"), facts_of(r).get("numa_pinning") or {})
+            for h, r in sorted(records.items()) if intent_of(r, "numa_pinning")}
+    if not rows:
+        return []
+    stale = {h: (map_lines(f.get("installed_text")) if f.get("installed_text") is not None else "not installed")
+             for h, (n, f) in rows.items() if map_lines(f.get("installed_text")) != map_lines(n.get("binding_text"))}
+    out = [verdict("numa.binding", stale, expected={h: map_lines(rows[h][0].get("binding_text")) for h in stale},
+                   message=f"NUMA binding map differs from the topology on {', '.join(sorted(stale))}",
+                   remediation=f"re-run site.yml (role numa_pinning) on {', '.join(sorted(stale))}",
+                   passed=f"binding map matches the topology on {len(rows)} hosts",
+                   passed_measured={h: len(map_lines(n.get("binding_text")) or []) for h, (n, _) in rows.items()},
+                   passed_expected=None)]
+    irq = {h: n.get("irq") or {} for h, (n, _) in rows.items()}
+    current = {h: f.get("irq_affinity") or {} for h, (_, f) in rows.items()}
+    off = {}
+    for h, plan in irq.items():
+        now = current[h]
+        wrong = irqs_off(plan, now)
+        if wrong:
+            off[h] = {str(i): now.get(i, now.get(str(i))) for i in wrong}
+    pinned = [h for h, p in irq.items() if p.get("irqs") and h not in off]
+    if off or pinned:
+        out.append(verdict(
+            "numa.irq_affinity", off, expected={h: irq[h].get("cpus") for h in off},
+            message="data-plane IRQs off the NIC's local CPUs on "
+                    + ", ".join(f"{h} (IRQ {', '.join(v)})" for h, v in sorted(off.items())),
+            remediation=f"re-run site.yml (role numa_pinning) on {', '.join(sorted(off))}; "
+                        "check irqbalance is banned from them or stopped",
+            passed=f"data-plane IRQs on the NIC's local CPUs on {len(pinned)} hosts",
+            passed_measured={h: irq[h].get("cpus") for h in pinned}, passed_expected=None))
+    else:
+        reasons = {h: p.get("reason") or "no IRQ plan (no interface)" for h, p in irq.items()}
+        out.append(make_check("numa.irq_affinity", "SKIP", measured=reasons,
+                              message=f"no IRQs to pin: {majority(reasons)}"))
+    return out
+
+
+# This concern's entry in the registry (concerns/__init__.py).
+SWITCH = "numa_pinning_enabled"
+DATA_PLANE = True
+FACTS = True
+IDS = ("numa.binding", "numa.irq_affinity")
+OPTIONS = dict(interface=dict(type="str"), map_file=dict(type="path"))
+
+
+def read(run: Runner, p: dict) -> dict:
+    """``read_numa`` with the options of OPTIONS (checked, defaults filled). Raises ValueError
+    without ``map_file``."""
+    if not p["map_file"]:
+        raise ValueError("needs map_file")
+    return read_numa(p["interface"], p["map_file"])

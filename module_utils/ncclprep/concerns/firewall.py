@@ -1,8 +1,11 @@
-"""The firewall role's rule set, checked before any change.
+"""The firewall concern: the rule set, checked before any change, and the live firewall.
+
+Reading (``read``): the live rule set and the TCP listeners. Intent:
+roles/firewall/tasks/intent.yml (``ruleset``). Checks: ``firewall.rules`` and ``firewall.ports_free``.
 
 ``ruleset`` turns the role's variables into one list of allow rules that both
 backends render (community.general.ufw tasks, the nftables template), and
-``check_firewall`` finds what would be unsafe: a CIDR that does not parse, a
+``unsafe_rules`` finds what would be unsafe: a CIDR that does not parse, a
 rule open to the whole Internet or most of it (a prefix shorter than /8, or /16 for IPv6,
 such as 0.0.0.0/1 plus 128.0.0.0/1) unless allowed, a port out of range, a comment or
 interface that would be read as more than a name by nft or ufw, and a rule set that would
@@ -13,9 +16,78 @@ default policy is deny; over SSH an unknown controller address is refused, not s
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 
+from ansible.module_utils.ncclprep.hostinfo import Runner
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, verdict
 from ansible.module_utils.ncclprep.netutil import parse_cidr
+from ansible.module_utils.ncclprep.parsers.nft import parse_nft_table
+from ansible.module_utils.ncclprep.parsers.ufw import diagnose_ufw, parse_ufw_status, parse_ufw_user_rules
+from ansible.module_utils.ncclprep.sysfs import read_text
+
+UFW = "/usr/sbin/ufw"
+NFT = "/usr/sbin/nft"
+#: ufw's own rule files (IPv4, IPv6) and its defaults file (IPV6=yes|no)
+UFW_USER_RULES = ("/etc/ufw/user.rules", "/etc/ufw/user6.rules")
+UFW_DEFAULTS = "/etc/default/ufw"
+BACKENDS = ("auto", "ufw", "nftables")
+
+
+def choose_firewall_backend(requested: str, have_ufw: bool, have_nft: bool) -> str:
+    """The firewall backend, decided in this one place for the role and the preflight.
+
+    ``requested``: firewall_backend (auto, ufw, nftables). auto picks ufw where
+    /usr/sbin/ufw exists (Ubuntu's default), else nftables. Raises ValueError for
+    any other value.
+    """
+    if requested not in BACKENDS:
+        raise ValueError(f"firewall_backend={requested!r}: valid: {', '.join(BACKENDS)}")
+    if requested != "auto":
+        return requested
+    return "ufw" if have_ufw else "nftables"
+
+
+def read_rules(run: Runner, backend: str = "auto", timeout: float = 10.0, root: str = "",
+             listening: list[dict] | None = None) -> dict:
+    """``{tools: {ufw, nft} (installed), backend, rc, stdout, listening, ufw_rules, ufw_ipv6,
+    ufw_defaults}``:
+    the live rule set of the chosen backend (``ufw status verbose``, or ``nft -j list table inet
+    ncclprep``) and the TCP listeners; with ufw also its rules as it keeps them (the tuples of
+    UFW_USER_RULES, ``parsers.ufw.parse_ufw_user_rules``; None: user.rules not readable) and IPV6=
+    of UFW_DEFAULTS ("yes", "no"; None: not set or not readable), and ``ufw_defaults``: the
+    default policies an active ufw prints ({incoming, outgoing}: "allow", "deny", "reject";
+    ``parsers.ufw.parse_ufw_status``), None where ufw is inactive or its status unread (the role
+    runs ``ufw default`` only for a policy that differs); all three None without ufw.
+
+    rc is None when the backend's tool is not installed. ``listening``: the ``tcp_listen``
+    facts of community.general.listen_ports_facts, or ss's (node.read_node), kept as [{port,
+    address, pid, name}] (None: not read). Raises ValueError for a bad backend.
+    """
+    tools = {"ufw": os.path.exists(root + UFW), "nft": os.path.exists(root + NFT)}
+    chosen = choose_firewall_backend(backend, tools["ufw"], tools["nft"])
+    kept = None if listening is None else [
+        {"port": int(s["port"]), "address": s.get("address"), "pid": s.get("pid"), "name": s.get("name")}
+        for s in listening if isinstance(s, dict) and str(s.get("port", "")).isdigit()]
+    out = {"tools": tools, "backend": chosen, "rc": None, "stdout": "", "listening": kept, "ufw_rules": None,
+           "ufw_ipv6": None, "ufw_defaults": None}
+    if not tools["ufw" if chosen == "ufw" else "nft"]:
+        return out
+    if chosen == "ufw":
+        texts = [read_text(root + path) for path in UFW_USER_RULES]
+        if texts[0] is not None:  # user6.rules may be absent where IPv6 was never on
+            out["ufw_rules"] = parse_ufw_user_rules(texts[0]) + parse_ufw_user_rules(texts[1] or "", v6=True)
+        found = re.search(r"^IPV6=\"?(\w+)\"?\s*$", read_text(root + UFW_DEFAULTS) or "", re.M)
+        out["ufw_ipv6"] = found.group(1).lower() if found else None
+    argv = ["ufw", "status", "verbose"] if chosen == "ufw" else ["nft", "-j", "list", "table", "inet", "ncclprep"]
+    rc, stdout, _ = run(argv, timeout)
+    out.update(rc=rc, stdout=stdout)
+    if chosen == "ufw" and rc == 0:
+        status = parse_ufw_status(stdout)
+        if status["status"] == "active":
+            out["ufw_defaults"] = {way: status["default"][way] for way in ("incoming", "outgoing")}
+    return out
+
 
 WORLD = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 PROTOS = ("tcp", "udp", "any")
@@ -52,7 +124,7 @@ def ruleset(cluster: str | list, interface: str, rendezvous_ports: list, rendezv
     2. each rendezvous port (TCP) from each rendezvous source, on any interface;
     3. SSH from each admin CIDR, on any interface;
     4. extra rules ``{port, proto (default tcp), from}``.
-    Values are passed through; ``check_firewall`` says which are bad.
+    Values are passed through; ``unsafe_rules`` says which are bad.
     """
     if isinstance(cluster, (list, tuple)):
         rules = [{"from": str(address), "port": None, "proto": "any", "interface": interface,
@@ -209,7 +281,7 @@ def allows(rules: list[dict], client: str, port: int, interface: str | None) -> 
     return False
 
 
-def check_firewall(rules: list[dict], host: str, allow_world: bool = False, connection: str | None = None,
+def unsafe_rules(rules: list[dict], host: str, allow_world: bool = False, connection: str | None = None,
                    interfaces: dict | None = None, members: dict | None = None, over_ssh: bool = False) -> list[str]:
     """Errors that must stop the role before any change (empty when the rule set is safe).
 
@@ -282,7 +354,6 @@ def check_firewall(rules: list[dict], host: str, allow_world: bool = False, conn
     return errors
 
 
-
 def nft_rule_text(rule: dict) -> str:
     """A rule of ``parsers.nft.parse_nft_table`` in nft's syntax, as near as its fields tell."""
     parts = []
@@ -320,3 +391,139 @@ def nft_unintended(intended: list[dict], table: dict, unknown_in: str | None = N
         else:
             foreign.append(dict(rule, text=nft_rule_text(rule)))
     return {"missing": [r for k, r in want.items() if k not in have], "foreign": foreign}
+
+
+def firewall_problem(fw: dict, live: dict | None) -> str | None:
+    """Why a host's live firewall does not hold the role's intent (one line), or None when it does.
+
+    ``fw``: intent ``firewall``; ``live``: facts ``firewall`` (see ``check``).
+    nftables: the table loaded, read from nft's JSON (parsers/nft.py), its input chain with a
+    drop policy, every intended rule there and no accept beyond them (``firewall.nft_unintended``);
+    ufw: active, incoming default deny, every intended rule in ufw's own rule files (where they
+    were not read: no FAIL finding of parsers/ufw.py ``diagnose_ufw`` for the cluster CIDR), IPv6
+    filtered (IPV6=no in /etc/default/ufw leaves every IPv6 port open) and no ALLOW beyond the
+    intended rules (``firewall.ufw_unintended``, review F7: a rule ncclprep no longer intends, or
+    anyone's, such as ``allow from any``).
+    """
+    live = live or {}
+    if live.get("rc") is None and live.get("backend") is not None:
+        tool = "ufw" if live["backend"] == "ufw" else "nft"
+        return f"{live['backend']} is chosen but its tool ({tool}) is not installed"
+    cluster = fw.get("cluster_cidr")
+    interface = next((r.get("interface") for r in fw.get("rules") or []
+                      if r.get("var") in ("firewall_cluster_cidr", "data_plane_members")), None)
+    if fw.get("backend") == "nftables":
+        if live.get("rc") != 0:
+            return "nftables table inet ncclprep is not loaded"
+        table = parse_nft_table(live.get("stdout") or "")
+        if table["error"]:
+            return f"table inet ncclprep not readable: {table['error']}"
+        if table["policy"] != "drop":
+            return f"table inet ncclprep's input policy is {table['policy']}, not drop"
+        diff = nft_unintended(fw.get("rules") or [], table, fw.get("unknown_in"))
+        problems = [f"no rule for {r['from']}" + (f" port {r['port']}" if r["port"] is not None else "")
+                    + f" ({r['comment']})" for r in diff["missing"]]
+        problems += [f"accepts what ncclprep does not intend: {r['text']}" for r in diff["foreign"]]
+        return "; ".join(problems) or None
+    parsed = parse_ufw_status(live.get("stdout") or "")
+    if parsed.get("status") != "active":
+        return f"ufw is {parsed.get('status') or 'not reported'}"
+    if (parsed.get("default") or {}).get("incoming") != "deny":
+        return f"ufw's incoming default is {(parsed.get('default') or {}).get('incoming')}, not deny"
+    problems = []
+    if live.get("ufw_rules") is None:  # ufw's own files not read: its status decides about the cluster
+        findings = diagnose_ufw(parsed, cluster, interface=interface) if cluster else []
+        problems = [f["message"] for f in findings if f["severity"] == "FAIL"][:1]
+    if live.get("ufw_ipv6") == "no":
+        problems.append("IPV6=no in /etc/default/ufw: ufw filters no IPv6 traffic, every port listening on [::] "
+                        "is open over IPv6 (set IPV6=yes, then ufw reload)")
+    if live.get("ufw_rules") is not None:
+        diff = ufw_unintended(fw.get("rules") or [], live["ufw_rules"], fw.get("unknown_in"))
+        problems += [f"no rule for {r['from']}" + (f" port {r['port']}" if r["port"] is not None else "")
+                     + (f" on {r['interface']}" if r.get("interface") else "") + f" ({r['comment']})"
+                     for r in diff["missing"]]
+        problems += [f"allows what ncclprep does not intend: {r['text']}" + (" (v6)" if r["v6"] else "")
+                     + (" (ncclprep's, no longer intended: re-run site.yml)" if r in diff["stale"] else
+                        f" (remove it: ufw delete {r['text']}, or list it in firewall_extra_rules)")
+                     for r in diff["stale"] + diff["foreign"]]
+    return "; ".join(problems) or None
+
+
+def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """firewall.rules: intent ``firewall`` (None: role off) against facts ``firewall``.
+
+    intent ``firewall``: {backend (ufw, nftables), cluster_cidr, rules [{from, port, proto,
+    interface, comment, var}]}. facts ``firewall``: {tools{ufw, nft}, backend, rc (None: the
+    tool is not installed), stdout} of ``ufw status verbose`` or ``nft -j list table inet
+    ncclprep`` (``read_rules``). FAIL measures host -> why (``firewall_problem``);
+    PASS measures host -> backend.
+    """
+    rows = {h: (intent_of(r, "firewall"), facts_of(r).get("firewall")) for h, r in sorted(records.items())
+            if intent_of(r, "firewall")}
+    if not rows:
+        return []
+    problems = {h: p for h, (fw, live) in rows.items() if (p := firewall_problem(fw, live))}
+    out = [verdict("firewall.rules", problems, expected="active, default deny incoming, cluster CIDR allowed",
+                    message="firewall not as intended: " + "; ".join(f"{h}: {p}" for h, p in sorted(problems.items())),
+                    remediation=f"re-run site.yml (role firewall) on {', '.join(sorted(problems))}",
+                    passed=f"default deny incoming with the cluster allowed on {len(rows)} hosts",
+                    passed_measured={h: fw.get("backend") for h, (fw, _) in rows.items()}, passed_expected=None)]
+    return out + check_ports_free(rows)
+
+
+def job_ports(fw: dict) -> list[int]:
+    """The TCP ports of the rendezvous rules of intent ``firewall`` (firewall_rendezvous_ports), sorted."""
+    return sorted({int(r["port"]) for r in fw.get("rules") or []
+                   if r.get("var") == "firewall_rendezvous_sources" and r.get("port") is not None})
+
+
+def check_ports_free(rows: dict[str, tuple[dict, dict | None]]) -> list[Check]:
+    """firewall.ports_free: no process listens on a job port (``job_ports``) before the job starts.
+
+    ``rows``: host -> (intent ``firewall``, facts ``firewall``); facts ``listening`` are the
+    TCP listeners [{port, address, pid, name}] read from ``ss -Htlnp`` (parsers/ss.py; the
+    role's own facts.yml: community.general.listen_ports_facts) (None: not read; that host is
+    left out). A job's torchrun then fails to bind the
+    port (EADDRINUSE, errno 98) on whichever node is its rendezvous host or MASTER_ADDR, so
+    a holder on any node is a FAIL naming host, port and process. No check when no host
+    has both job ports and listeners read.
+    """
+    held: dict[str, dict[str, str]] = {}
+    seen = []
+    for host, (fw, live) in sorted(rows.items()):
+        listening, ports = (live or {}).get("listening"), job_ports(fw)
+        if listening is None or not ports:
+            continue
+        seen.append(host)
+        for sock in sorted(listening, key=lambda s: (s.get("port") or 0, str(s.get("pid")))):
+            if sock.get("port") in ports:
+                held.setdefault(host, {})[str(sock["port"])] = (f"{sock.get('name') or 'unknown process'} "
+                                                                f"(pid {sock.get('pid') or '?'}) on "
+                                                                f"{sock.get('address') or '*'}")
+    if not seen:
+        return []
+    ports = sorted({p for h in seen for p in job_ports(rows[h][0])})
+    return [verdict("firewall.ports_free", held, expected=f"TCP {', '.join(map(str, ports))} free",
+                    message="job ports already taken: " + "; ".join(f"{h}:{port} held by {who}" for h, by in
+                                                                   held.items() for port, who in by.items()),
+                    remediation="stop the process holding the port (ss -ltnp) on " + ", ".join(held)
+                                + ", or give the job other ports (nccl_env_rendezvous_port, firewall_rendezvous_ports)",
+                    passed=f"TCP {', '.join(map(str, ports))} free on {len(seen)} hosts",
+                    passed_measured=ports, passed_expected=None)]
+
+
+# This concern's entry in the registry (concerns/__init__.py).
+SWITCH = "firewall_enabled"
+DATA_PLANE = True
+FACTS = True
+IDS = ("firewall.rules", "firewall.ports_free")
+OPTIONS = dict(
+    backend=dict(type="str", default="auto"),
+    timeout=dict(type="float", default=10.0),
+    listening=dict(type="list", elements="dict"),
+)
+
+
+def read(run: Runner, p: dict) -> dict:
+    """``read_rules`` with the options of OPTIONS (checked, defaults filled)."""
+    return read_rules(run, p["backend"], p["timeout"], listening=p["listening"])

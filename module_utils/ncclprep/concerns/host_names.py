@@ -1,10 +1,14 @@
-"""names.resolve and names.reachable (concern host_names)."""
+"""The host_names concern: every member's name resolves to its data-plane address on every node.
+
+Reading: node.read_facts looks each name up and connects to it (facts ``host_names``). Intent:
+roles/host_names/tasks/intent.yml. Checks: ``names.resolve`` and ``names.reachable``.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 
-from ansible.module_utils.ncclprep.checks.model import (
+from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
     HostRecord,
@@ -24,7 +28,7 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """Every published host name resolves on every node to its data-plane address (``names.resolve``),
     and that address answers on the probe port from every node (``names.reachable``).
 
@@ -92,3 +96,10 @@ def check_names(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                 passed_measured=rows, passed_expected=rows),
         reachable,
     ]
+
+
+# This concern's entry in the registry (concerns/__init__.py).
+SWITCH = None
+DATA_PLANE = False
+FACTS = False
+IDS = ("names.resolve", "names.reachable")

@@ -1,4 +1,7 @@
-"""RoCE ports and their lossless QoS: PFC on one priority, trust DSCP, ECN (the roce_qos role).
+"""The roce_qos concern: RoCE ports and their lossless QoS, PFC on one priority, trust DSCP, ECN.
+
+Reading: ``survey`` (the roce_qos module, and node.read_node beside the readers of the other
+concerns). Check: ``roce.qos``.
 
 Reading and planning live here (a sysfs tree given as an argument; the tools run through a
 runner given as an argument, each under a deadline: ``survey``), so that the ``roce_qos`` module
@@ -37,72 +40,25 @@ import copy
 import os
 from collections.abc import Callable
 
+from ansible.module_utils.ncclprep.model import (
+    Check,
+    Context,
+    HostRecord,
+    facts_of,
+    intent_of,
+    majority,
+    make_check,
+    verdict,
+)
 from ansible.module_utils.ncclprep.options import coerce
 from ansible.module_utils.ncclprep.parsers import PRIORITIES
 from ansible.module_utils.ncclprep.parsers.dcb import parse_dcb_apptrust, parse_dcb_pfc, trust_from_order
 from ansible.module_utils.ncclprep.parsers.mlnx_qos import parse_mlnx_qos
-from ansible.module_utils.ncclprep.sysfs import list_dir, read_text
+from ansible.module_utils.ncclprep.sysfs import find_roce_ports, read_text
 
 TOOLS = ("dcb", "mlnx_qos")
 ECN_KINDS = {"ecn_np": "roce_np", "ecn_rp": "roce_rp"}
 MLX5_DRIVERS = ("mlx5_core",)
-
-
-def _port_netdev(dev_dir: str, port: int) -> str | None:
-    """Netdev of port ``port`` of the RDMA device at ``dev_dir`` (None when there is none).
-
-    One entry in ``device/net`` is the netdev. Where a PCI function carries several (mlx4 puts
-    both ports' netdevs there) the one whose ``dev_port`` is ``port - 1`` wins (netdev
-    ``dev_port`` is 0-based, RDMA ports 1-based: Documentation/ABI/testing/sysfs-class-net).
-    """
-    names = list_dir(os.path.join(dev_dir, "device", "net"))
-    if len(names) <= 1:
-        return names[0] if names else None
-    for name in names:
-        dev_port = read_text(os.path.join(dev_dir, "device", "net", name, "dev_port"))
-        if dev_port is not None and dev_port.isdigit() and int(dev_port) == port - 1:
-            return name
-    return None
-
-
-def list_rdma_ports(sysfs: str = "/sys") -> list[dict]:
-    """Every port of every RDMA device under ``<sysfs>/class/infiniband``, IB and RoCE alike.
-
-    Returns ``[{"device": "mlx5_0", "port": 1, "netdev": "enp1s0f0np0" | None,
-    "link_layer": "Ethernet" | "InfiniBand" | None, "state": "ACTIVE" | None,
-    "driver": "mlx5_core" | None}]`` sorted by device then port. ``state`` is the name part
-    of ``4: ACTIVE``. A value sysfs does not show is None. No ``class/infiniband`` gives [].
-    Never raises on a missing or unreadable file.
-    """
-    root = os.path.join(sysfs, "class", "infiniband")
-    ports: list[dict] = []
-    for dev in list_dir(root):
-        dev_dir = os.path.join(root, dev)
-        driver_link = os.path.join(dev_dir, "device", "driver")
-        driver = os.path.basename(os.path.realpath(driver_link)) if os.path.exists(driver_link) else None
-        for name in list_dir(os.path.join(dev_dir, "ports")):
-            if not name.isdigit():
-                continue
-            port_dir = os.path.join(dev_dir, "ports", name)
-            state = read_text(os.path.join(port_dir, "state"))
-            if state is not None and ":" in state:
-                state = state.split(":", 1)[1].strip()
-            ports.append({"device": dev, "port": int(name),
-                          "netdev": _port_netdev(dev_dir, int(name)),
-                          "link_layer": read_text(os.path.join(port_dir, "link_layer")) or None,
-                          "state": state or None, "driver": driver})
-    ports.sort(key=lambda p: (p["device"], p["port"]))
-    return ports
-
-
-def find_roce_ports(sysfs: str = "/sys") -> list[dict]:
-    """The RoCE ports: those of ``list_rdma_ports`` whose ``link_layer`` is ``Ethernet``.
-
-    Same dict shape as ``list_rdma_ports``. InfiniBand ports (link_layer ``InfiniBand``) and
-    ports without a readable link_layer are left out: PFC, DSCP trust and RoCE ECN are
-    Ethernet settings. No ``<sysfs>/class/infiniband`` gives [].
-    """
-    return [p for p in list_rdma_ports(sysfs) if p["link_layer"] == "Ethernet"]
 
 
 def read_ecn(netdev: str, sysfs: str = "/sys") -> dict:
@@ -488,3 +444,46 @@ def after_state(state: dict, changes: list) -> dict:
     for change in changes:
         out[change["what"]] = copy.deepcopy(change["to"])
     return out
+
+
+def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """roce.qos: intent ``roce_qos`` (None: role off) against facts ``roce_qos``.
+
+    intent ``roce_qos``: {interfaces, priority, trust, ecn, tool} (the role's variables).
+    facts ``roce_qos``: the roce_qos module's read in check mode {ports [{device, port,
+    netdev}], changes{netdev: [{what, from, to}]} (what differs from the intent now),
+    unsupported, skipped, skip_reason, tool}. FAIL names each host with a pending change
+    (message: host and netdev with what would change); PASS measures host -> managed netdevs
+    and names the hosts without RoCE; SKIP (with the most common reason) when no host has a
+    RoCE port to manage.
+    """
+    wanted = {h: intent_of(r, "roce_qos") for h, r in sorted(records.items()) if intent_of(r, "roce_qos")}
+    rows = {h: facts_of(records[h]).get("roce_qos") for h in wanted if facts_of(records[h]).get("roce_qos")}
+    if not rows:
+        return []
+    pending = {h: {dev: [c["what"] for c in ch] for dev, ch in (n.get("changes") or {}).items() if ch}
+               for h, n in rows.items()}
+    pending = {h: v for h, v in pending.items() if v}
+    managed = [h for h, n in rows.items() if not n.get("skipped")]
+    skipped = {h: n.get("skip_reason") for h, n in rows.items() if n.get("skipped")}
+    if not pending and not managed:
+        return [make_check("roce.qos", "SKIP", measured=skipped, message="not applicable: " + majority(skipped))]
+    first = wanted[next(iter(rows))]
+    note = f"; no RoCE on {', '.join(sorted(skipped))}" if skipped else ""
+    return [verdict(
+        "roce.qos", pending, measured={h: rows[h].get("changes") for h in pending},
+        expected={"pfc_priority": first.get("priority"), "trust": first.get("trust")},
+        message="RoCE QoS differs from intent on "
+                + "; ".join(f"{h}: " + ", ".join(f"{d} {'/'.join(w)}" for d, w in sorted(v.items()))
+                            for h, v in sorted(pending.items())),
+        remediation=f"re-run site.yml (role roce_qos) on {', '.join(sorted(pending))}",
+        passed=f"PFC, trust and ECN as intended on the RoCE ports of {len(managed)} hosts{note}",
+        passed_measured={h: [p.get("netdev") for p in rows[h].get("ports") or []] for h in managed},
+        passed_expected=None)]
+
+
+# This concern's entry in the registry (concerns/__init__.py).
+SWITCH = "roce_qos_enabled"
+DATA_PLANE = False
+FACTS = True
+IDS = ("roce.qos",)

@@ -1,8 +1,10 @@
-"""Kernel parameters: names, /proc/sys paths, value normalisation, `sysctl -a` parsing.
+"""The sysctl_tuning concern: kernel parameters, checked against what the kernel accepts.
 
-A sysctl value is a string; multi-value keys (``net.ipv4.tcp_rmem``) are
-whitespace-separated integers, which the kernel prints tab-separated. Values
-are compared after whitespace normalisation, as ansible.posix.sysctl does.
+Names, /proc/sys paths, value normalisation and ``sysctl -a`` parsing. A sysctl value is a
+string; multi-value keys (``net.ipv4.tcp_rmem``) are whitespace-separated integers, which the
+kernel prints tab-separated. Values are compared after whitespace normalisation, as
+ansible.posix.sysctl does. Reading: node.read_facts (facts ``sysctl_tuning``). Intent:
+roles/sysctl_tuning/tasks/intent.yml. Checks: ``sysctl.<key>``, one per intended key.
 """
 
 from __future__ import annotations
@@ -10,6 +12,16 @@ from __future__ import annotations
 import os
 import re
 
+from ansible.module_utils.ncclprep.model import (
+    Check,
+    Context,
+    HostRecord,
+    facts_of,
+    intent_of,
+    majority,
+    make_check,
+    verdict,
+)
 from ansible.module_utils.ncclprep.parsers import finding
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)+$")
@@ -87,7 +99,6 @@ max_skb_frags netdev_budget_usecs fb_tunnels_only_for_init_net devconf_inherit_i
 gro_normal_batch netdev_unregister_timeout_secs skb_defer_max rps_sock_flow_entries flow_limit_cpu_bitmap
 flow_limit_table_len tstamp_allow_data rps_default_mask optmem_max
 """.split())
-
 STRING_KEYS = frozenset({
     "net.ipv4.tcp_congestion_control",
     "net.core.default_qdisc",
@@ -195,7 +206,6 @@ def diagnose_sysctl(values: dict[str, str], intent: dict | None, host: str | Non
 #: A C ``int``: the type of every net.core value above (linux net/core/sysctl_net_core.c,
 #: ``.maxlen = sizeof(int)``); a number outside it is refused with EINVAL (proc_dointvec).
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-
 #: Bounds of the host-global keys that a throw-away network namespace cannot try (they are
 #: read-only or absent there): ``key -> (least, largest, why)``. Kernel rules from
 #: linux net/core/sysctl_net_core.c and include/net/sock.h, checked on Linux 6.18 here:
@@ -214,7 +224,6 @@ KERNEL_BOUNDS: dict[str, tuple[int, int, str]] = {
     "net.core.netdev_budget_usecs": (0, INT_MAX, "microseconds, 0 to a C int"),
     "net.core.rps_sock_flow_entries": (0, 2**29, "the kernel caps the RFS table at 2**29 entries"),
 }
-
 #: Keys the kernel stores rounded up to a power of two (rps_sock_flow_sysctl,
 #: roundup_pow_of_two), so any other value reads back differently, and drift.sysctl would
 #: flag it on every run.
@@ -284,3 +293,56 @@ def kernel_error(key: str, value: object, live: str | None = None,
             up = 1 << (n - 1).bit_length()
             return f"the kernel rounds {n} up to a power of two and reads it back as {up}; set {up}"
     return None
+
+
+def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
+    """One check per intended sysctl key (intent ``sysctl_tuning``: key -> value), sorted by key.
+
+    FAIL names hosts whose writable live value (facts ``sysctl_tuning[key]``: {value (str | None),
+    writable}, read by node_facts) differs from the intended value after ``normalize``. A key that is
+    absent or read-only on a host (host-global, seen from a container's network namespace)
+    is not applicable there; SKIP when it is so on every host. expected: the intended value,
+    or host -> value when hosts intend different values.
+    """
+    keys = sorted({k for r in records.values() for k in (intent_of(r, "sysctl_tuning") or {})})
+    out = []
+    for key in keys:
+        measured, bad, skipped, expected = {}, [], [], {}
+        for host, rec in sorted(records.items()):
+            intent = intent_of(rec, "sysctl_tuning") or {}
+            if key not in intent:
+                continue
+            want = normalize(intent[key])
+            expected[host] = want
+            live = (facts_of(rec).get("sysctl_tuning") or {}).get(key) or {}
+            value = live.get("value")
+            measured[host] = value
+            if value is None:
+                skipped.append(host)
+            elif normalize(value) != want:
+                (bad if live.get("writable") else skipped).append(host)
+        exp = majority(expected) if len(set(expected.values())) == 1 else expected
+        if not bad and skipped and len(skipped) == len(measured):
+            out.append(make_check(
+                f"sysctl.{key}", "SKIP", skipped, measured=measured, expected=exp,
+                message=f"{key} is host-global (absent or read-only in this network namespace) "
+                        f"on {', '.join(skipped)}: not applicable here",
+                remediation="set it on the physical host if it matters"))
+            continue
+        problems = {h: measured[h] for h in bad}
+        detail = ", ".join(f"{h}={v}" for h, v in problems.items())
+        hosts = ", ".join(bad)
+        note = f"; not applicable (host-global) on {', '.join(skipped)}" if skipped else ""
+        out.append(verdict(
+            f"sysctl.{key}", problems, expected=exp,
+            message=f"{key} differs from intent on {hosts} ({detail}; intended {want})",
+            remediation=f"re-run site.yml (role sysctl_tuning) or on {hosts}: sysctl -w {key}='{want}'",
+            passed=f"{key} as intended{note}", passed_measured=measured))
+    return out
+
+
+# This concern's entry in the registry (concerns/__init__.py).
+SWITCH = None
+DATA_PLANE = False
+FACTS = False
+IDS = ("sysctl.*",)

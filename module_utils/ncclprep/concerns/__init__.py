@@ -1,0 +1,80 @@
+"""The registry of concerns: what ncclprep provisions and checks, one module per concern.
+
+A concern is its role (roles/<name>/) and its module here (``concerns/<name>.py``), which holds,
+beside the concern's own logic:
+
+- ``SWITCH``: the variable that turns it off (false), None when it is always on;
+- ``DATA_PLANE``: True when it needs this node's data-plane interface (a node whose interface was
+  not found skips it in validate.yml);
+- ``FACTS``: True when its role reads live state off the node (roles/<name>/tasks/facts.yml,
+  into ``ansible_facts.ncclprep.<name>``) before its intent is computed;
+- ``IDS``: the ids of the checks it reports, as fnmatch patterns (``sysctl.*``); today's ids,
+  kept for users' JUnit history, dashboards and metrics even where they predate the module's name;
+- ``check(records, ctx) -> list[Check]``: the check of its intent against its facts
+  (model.py: records, Context, Check);
+- ``OPTIONS`` and ``read(run, options) -> dict`` where its facts come from a reader of its own
+  (the role's ``<name>_reader`` variable; library/concern_facts.py and node.read_node run it):
+  an Ansible argument spec and the reading (``run(argv, timeout) -> (rc, stdout, stderr)``).
+  Without them node.read_facts reads its facts (host_names, sysctl_tuning, torch_runtime) or
+  its own survey does (roce_qos).
+
+``CONCERNS`` is the one list, in the order site.yml applies them and the report shows their checks.
+playbooks/vars/concerns.yml hands it to the playbooks (lookup_plugins/ncclprep_concerns.py).
+Adding a concern: its role and its module, and its name in CONCERNS.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from ansible.module_utils.ncclprep.concerns import (
+    firewall,
+    host_names,
+    nccl_env,
+    nic_mtu,
+    numa_pinning,
+    roce_qos,
+    rps_rfs,
+    ssh_trust,
+    sysctl_tuning,
+    torch_runtime,
+)
+from ansible.module_utils.ncclprep.options import coerce
+
+#: Every concern, in the order site.yml applies them.
+CONCERNS: tuple[ModuleType, ...] = (host_names, nic_mtu, sysctl_tuning, rps_rfs, numa_pinning, roce_qos, ssh_trust,
+                                    firewall, torch_runtime, nccl_env)
+
+
+def name_of(concern: ModuleType) -> str:
+    """The concern's name: its module's (``nic_mtu`` for concerns/nic_mtu.py)."""
+    return concern.__name__.rsplit(".", 1)[-1]
+
+
+#: name -> module
+BY_NAME: dict[str, ModuleType] = {name_of(c): c for c in CONCERNS}
+#: The concerns read by a reader of their own (``OPTIONS`` and ``read``), in registry order.
+READERS: dict[str, ModuleType] = {n: c for n, c in BY_NAME.items() if getattr(c, "OPTIONS", None) is not None}
+
+
+def rows() -> list[dict]:
+    """The registry as the playbooks loop over it (playbooks/vars/concerns.yml): ``[{name, switch,
+    data_plane, facts, reader}]`` in CONCERNS order; ``reader``: it has ``OPTIONS``/``read``."""
+    return [{"name": n, "switch": c.SWITCH, "data_plane": c.DATA_PLANE, "facts": c.FACTS, "reader": n in READERS}
+            for n, c in BY_NAME.items()]
+
+
+def reader_options(concern: str, options: dict | None) -> dict:
+    """``options`` of ``concern``'s reading checked and converted against its ``OPTIONS`` as Ansible
+    would (options.coerce: ``"a,b"`` a list, ``"10"`` a number), defaults filled in. Raises
+    ValueError naming the concern, option and value for an unknown concern or option, a wrong type
+    or a value outside an option's choices."""
+    if concern not in READERS:
+        raise ValueError(f"{concern!r} is not a concern read here (valid: {', '.join(READERS)})")
+    return coerce(READERS[concern].OPTIONS, options, concern)
+
+
+def read(concern: str, run, options: dict | None) -> dict:
+    """Read ``concern``'s facts with ``options`` (``reader_options``) through ``run``. Raises
+    ValueError as ``reader_options`` does, or from the reading (a bad firewall backend)."""
+    return READERS[concern].read(run, reader_options(concern, options))
