@@ -26,10 +26,10 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
-from ansible.module_utils.ncclprep.concerns.firewall import unsafe_rules, ruleset, ufw_unintended  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.firewall import unsafe_rules, ufw_unintended  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.nccl_env import check_env  # noqa: E402
-from ansible.module_utils.ncclprep.concerns.numa_pinning import irqs_off, numa_intent  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.numa_pinning import irqs_off  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
     iface_for_cidr,
@@ -181,18 +181,6 @@ def cpulist(text: str) -> list[int]:
         raise AnsibleFilterError(f"ncclprep_cpulist: {exc}") from None
 
 
-def firewall_rules(cluster, interface: str, rendezvous_ports: list, rendezvous_sources: list,
-                   admin_cidrs: list, ssh_port: int = 22, extra_rules: list | None = None) -> list[dict]:
-    """The firewall role's allow rules (module_utils/ncclprep/concerns/firewall.py ``ruleset``); ``cluster``:
-    the members' addresses (a list) or one CIDR (a string)."""
-    try:
-        return ruleset(str(cluster) if isinstance(cluster, str) else list(cluster), interface,
-                       list(rendezvous_ports or []), list(rendezvous_sources or []),
-                       list(admin_cidrs or []), int(ssh_port), list(extra_rules or []))
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"ncclprep_firewall_rules: {exc}") from None
-
-
 def firewall_errors(rules: list, host: str = "?", allow_world: bool = False, connection: str | None = None,
                     facts: dict | None = None, members: dict | None = None, over_ssh: bool = False) -> list[str]:
     """What makes the rule set unsafe (``unsafe_rules``); ``facts`` are the host's ansible_facts,
@@ -332,18 +320,6 @@ def member_duplicates(members: dict) -> list[str]:
     return out
 
 
-def numa_pinning_intent(facts: dict, nproc=None, interface=None, cpus=None, host: str = "?") -> dict:
-    """concerns.numa_pinning.numa_intent on ``facts`` (ansible_facts.ncclprep.numa_pinning); a ValueError becomes an
-    AnsibleFilterError naming the host and the role variables the values came from."""
-    try:
-        return numa_intent((facts or {}).get("topology") or {}, None if nproc is None else int(nproc),
-                           interface or None, cpus)
-    except (ValueError, TypeError) as exc:
-        raise AnsibleFilterError(
-            f"{host}: {exc} (from numa_pinning_nproc_per_node={nproc!r}, numa_pinning_irq_cpus={cpus!r}, "
-            f"the data-plane interface {interface!r})") from None
-
-
 def irqs_to_pin(irq: dict | None, current: dict | None) -> list:
     """concerns.numa_pinning.irqs_off: the intended IRQs whose live affinity (``current``) is off their CPUs."""
     return irqs_off(irq, current or {})
@@ -399,7 +375,6 @@ class FilterModule:
             "ncclprep_key_source": key_source,
             "ncclprep_in_cidr": in_cidr,
             "ncclprep_ssh_targets": ssh_targets,
-            "ncclprep_numa_pinning_intent": numa_pinning_intent,
             "ncclprep_irqs_to_pin": irqs_to_pin,
             "ncclprep_sysctl_value": sysctl_value,
             "ncclprep_sysctl_errors": sysctl_errors,
@@ -407,7 +382,6 @@ class FilterModule:
             "ncclprep_cpulist_to_mask": cpulist_to_mask,
             "ncclprep_mask_to_cpulist": mask_to_cpulist,
             "ncclprep_cpulist": cpulist,
-            "ncclprep_firewall_rules": firewall_rules,
             "ncclprep_firewall_errors": firewall_errors,
             "ncclprep_ufw_stale": ufw_stale,
             "ncclprep_ufw_to_add": ufw_to_add,

@@ -4,6 +4,7 @@ import os
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.ncclprep.concerns.firewall import ruleset
 from conftest import REPO, load_source
 
 filters = load_source("ncclprep_filters", "filter_plugins/ncclprep.py")
@@ -126,7 +127,7 @@ def test_cidr_errors_names_host_variable_and_value():
 
 
 def test_firewall_filters_build_rules_and_refuse_a_lockout():
-    rules = F["ncclprep_firewall_rules"]("10.0.0.0/24", "bond0", [29400], ["10.0.0.0/24"], [], 22, [])
+    rules = ruleset("10.0.0.0/24", "bond0", [29400], ["10.0.0.0/24"], [], 22, [])
     assert [(r["from"], r["port"], r["interface"]) for r in rules] == [
         ("10.0.0.0/24", None, "bond0"), ("10.0.0.0/24", 29400, None)]
     # the controller reaches node4 over eth0 (192.168.5.2), which only an admin CIDR would allow
@@ -171,8 +172,7 @@ def test_member_duplicates_name_the_machine_listed_twice_and_the_shared_address(
 
 def test_the_ufw_stale_filter_hands_community_general_ufw_what_it_takes():
     """ncclprep's own ufw rule no longer intended, with ``to`` as the ufw module takes it (review F7)."""
-    intended = F["ncclprep_firewall_rules"]("10.0.0.0/24", "eth0", [29400], ["10.0.0.0/24"], ["192.168.10.0/24"], 22,
-                                            [])
+    intended = ruleset("10.0.0.0/24", "eth0", [29400], ["10.0.0.0/24"], ["192.168.10.0/24"], 22, [])
     live = [{"action": "allow", "route": False, "proto": "tcp", "port": "22", "to": "0.0.0.0/0",
              "from": "192.168.20.0/24", "from_port": None, "app": None, "direction": "in", "interface": None,
              "comment": "ncclprep: SSH from the admin network", "v6": False}]

@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from ansible.errors import AnsibleFilterError
+from ansible.module_utils.ncclprep import concerns
 from ansible.module_utils.ncclprep.concerns.numa_pinning import (
     binding_map,
     irq_affinity_plan,
@@ -283,10 +283,12 @@ def test_container_intent_and_errors_name_host_variable_and_value(tmp_path, eigh
     assert intent["binding"] == [{"local_rank": 0, "numa_node": None, "cpus": "0-3", "gpu": None}]
     assert intent["irq"]["reason"].startswith("no IRQs: eth0 is a virtual interface")
     assert irqs_off(intent["irq"], {}) == []
-    from filter_plugins.ncclprep import numa_pinning_intent
     gpu_facts = read_numa("ibp12s0", str(tmp_path / "absent"), sysfs=eight_gpu, procfs=str(tmp_path))
-    with pytest.raises(AnsibleFilterError, match=r"^node7: 6 local ranks but only 4 GPU\(s\).*"
-                                                  r"numa_pinning_nproc_per_node=6"):
-        numa_pinning_intent(gpu_facts, 6, "ibp12s0", None, "node7")
-    with pytest.raises(AnsibleFilterError, match=r"^node7: CPU\(s\) 64-70 .*numa_pinning_irq_cpus='64-70'"):
-        numa_pinning_intent(gpu_facts, None, "ibp12s0", "64-70", "node7")
+    variables = {"numa_pinning_nproc_per_node": 6, "data_plane": {"interface": "ibp12s0"}}
+    with pytest.raises(ValueError, match=r"^6 local ranks but only 4 GPU\(s\).*numa_pinning_nproc_per_node=6"):
+        concerns.intent("numa_pinning", variables, gpu_facts)
+    variables = {"nccl_env_nproc_per_node": "4", "numa_pinning_irq_cpus": "64-70",
+                 "data_plane": {"interface": "ibp12s0"}}
+    with pytest.raises(ValueError, match=r"^CPU\(s\) 64-70 .*numa_pinning_irq_cpus='64-70'"):
+        concerns.intent("numa_pinning", variables, gpu_facts)
+    assert concerns.intent("numa_pinning", dict(variables, numa_pinning_irq_cpus=None), gpu_facts)["nproc"] == 4

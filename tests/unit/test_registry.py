@@ -92,9 +92,46 @@ def _tasks(items):
             yield from _tasks(task.get(key))
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "roles", "*", "tasks", "intent.yml"))),
-                         ids=lambda p: p.split(os.sep)[-3])
-def test_intent_reads_no_live_state(path):
+WITH_INTENT = [n for n, c in concerns.BY_NAME.items() if hasattr(c, "intent")]
+#: The membership every concern may compute from (roles/data_plane), beside its own variables.
+MEMBERSHIP = {"data_plane", "data_plane_members", "data_plane_cidr"}
+
+
+@pytest.mark.parametrize("concern", WITH_INTENT)
+def test_an_intent_is_its_modules_function_of_declared_inputs(concern):
+    """Issue 24, item 5, by construction: the role's intent.yml is one task that asks the lookup for
+    the module's ``intent``, which gets the variables of INTENT_VARS and the facts of INTENT_FACTS
+    only (concerns.intent_inputs). Each of INTENT_VARS is a variable of a concern's role (its
+    defaults), the membership or the intent of a concern before it in the registry; never a fact."""
+    tasks = load(os.path.join(REPO, "roles", concern, "tasks", "intent.yml"))
+    assert [{k: v for k, v in t.items() if k != "name"} for t in tasks] == [
+        {"ansible.builtin.set_fact": {f"{concern}_intent": f"{{{{ query('ncclprep_intent', '{concern}') | first }}}}"}}]
+    module = concerns.BY_NAME[concern]
+    role_vars = set()
+    for role in NAMES:
+        role_vars |= set(load(os.path.join(REPO, "roles", role, "defaults", "main.yml")) or {})
+    earlier = {f"{n}_intent" for n in NAMES[:NAMES.index(concern)]}
+    assert [v for v in module.INTENT_VARS if v not in role_vars | MEMBERSHIP | earlier] == []
+    assert all(isinstance(k, str) and k.partition(":")[2] in ("", "keys") for k in module.INTENT_FACTS)
+
+
+@pytest.mark.parametrize("concern", [n for n in WITH_INTENT if concerns.BY_NAME[n].INTENT_FACTS])
+def test_an_intent_sees_only_its_declared_facts(concern):
+    """Whatever else the concern's facts hold (its live state, what it sets), intent_inputs hands
+    over the keys of INTENT_FACTS only, a ``:keys`` entry as the sorted names alone."""
+    module = concerns.BY_NAME[concern]
+    facts = {k.partition(":")[0]: {"b": {"live": 1}, "a": {"live": 2}} for k in module.INTENT_FACTS}
+    facts["live_state"] = "what the concern sets"
+    _, node = concerns.intent_inputs(concern, {}, facts)
+    assert set(node) == {k.partition(":")[0] for k in module.INTENT_FACTS}
+    for key in module.INTENT_FACTS:
+        name, _, part = key.partition(":")
+        assert node[name] == (["a", "b"] if part == "keys" else facts[name])
+
+
+@pytest.mark.parametrize("path", sorted(p for p in glob.glob(os.path.join(REPO, "roles", "*", "tasks", "intent.yml"))
+                                        if p.split(os.sep)[-3] not in WITH_INTENT), ids=lambda p: p.split(os.sep)[-3])
+def test_an_intent_yml_outside_python_reads_no_live_state(path):
     for task in _tasks(load(path)):
         modules = [k for k in task if k not in TASK_KEYS]
         if "block" in task:
@@ -108,7 +145,7 @@ def test_intent_purity_check_catches_a_node_read(tmp_path):
     bad = tmp_path / "intent.yml"
     bad.write_text("- name: Read a file\n  ansible.builtin.slurp: {src: /etc/hosts}\n  register: x\n")
     with pytest.raises(AssertionError, match="slurp"):
-        test_intent_reads_no_live_state(str(bad))
+        test_an_intent_yml_outside_python_reads_no_live_state(str(bad))
 
 
 def test_no_second_place_lists_the_concerns():
@@ -153,6 +190,9 @@ def test_a_concern_is_read_with_its_reader_so_validate_reads_all_in_one_run(conc
 
 
 def _uses_data_plane(role: str) -> bool:
+    """The role's tasks or templates, or its intent (INTENT_VARS), read the data plane or the members."""
+    if set(getattr(concerns.BY_NAME.get(role), "INTENT_VARS", ())) & MEMBERSHIP:
+        return True
     pattern = re.compile(r"\bdata_plane(\.|_members\b|_cidr\b)")
     for path in glob.glob(os.path.join(REPO, "roles", role, "tasks", "*.yml")) + \
             glob.glob(os.path.join(REPO, "roles", role, "templates", "*")):

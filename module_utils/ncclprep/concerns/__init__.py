@@ -12,6 +12,12 @@ beside the concern's own logic:
   kept for users' JUnit history, dashboards and metrics even where they predate the module's name;
 - ``check(records, ctx) -> list[Check]``: the check of its intent against its facts
   (model.py: records, Context, Check);
+- ``INTENT_VARS``, ``INTENT_FACTS`` and ``intent(v, node)``: the desired state, a pure function of
+  the variables named in INTENT_VARS (the role's own, the membership ``data_plane``,
+  ``data_plane_members``, ``data_plane_cidr``, an earlier concern's intent) and of the facts named
+  in INTENT_FACTS (what it needs from the node and does not set: the firewall backend, the rx
+  queues' names, the CPUs, the topology, the account's home); ``intent`` below hands over those
+  only, so an intent cannot read what it sets (nccl_env's is still computed in its intent.yml);
 - ``OPTIONS`` and ``read(run, options) -> dict`` where its facts come from a reader of its own
   (the role's ``<name>_reader`` variable; library/concern_facts.py and node.read_node run it):
   an Ansible argument spec and the reading (``run(argv, timeout) -> (rc, stdout, stderr)``).
@@ -25,7 +31,9 @@ Adding a concern: its role and its module, and its name in CONCERNS.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import ModuleType
+from typing import Any
 
 from ansible.module_utils.ncclprep.concerns import (
     firewall,
@@ -78,3 +86,29 @@ def read(concern: str, run, options: dict | None) -> dict:
     """Read ``concern``'s facts with ``options`` (``reader_options``) through ``run``. Raises
     ValueError as ``reader_options`` does, or from the reading (a bad firewall backend)."""
     return READERS[concern].read(run, reader_options(concern, options))
+
+
+def intent_inputs(concern: str, variables: Mapping, facts: Mapping | None) -> tuple[dict, dict]:
+    """``(v, node)``: what ``concern``'s intent is computed from, ``variables[name]`` for each name
+    of its INTENT_VARS (None where not defined) and its facts (``ansible_facts.ncclprep.<concern>``)
+    cut to INTENT_FACTS: ``key`` as read, ``key:keys`` the sorted keys of a mapping (rps_rfs takes
+    its rx queues' names, not their settings). Raises KeyError for a concern without an intent."""
+    module = BY_NAME[concern]
+    if not hasattr(module, "intent"):
+        raise KeyError(f"{concern}: its intent is not computed here (its role's tasks/intent.yml computes it)")
+    v = {name: variables.get(name) for name in module.INTENT_VARS}
+    facts = facts or {}
+    node = {}
+    for key in module.INTENT_FACTS:
+        name, _, part = key.partition(":")
+        value = facts.get(name)
+        node[name] = sorted(value or {}) if part == "keys" else value
+    return v, node
+
+
+def intent(concern: str, variables: Mapping, facts: Mapping | None) -> Any:
+    """``concern``'s intent (its module's ``intent``) from its declared inputs only
+    (``intent_inputs``). Raises KeyError for a concern without an intent, and ValueError/TypeError
+    from the concern for a bad value."""
+    v, node = intent_inputs(concern, variables, facts)
+    return BY_NAME[concern].intent(v, node)

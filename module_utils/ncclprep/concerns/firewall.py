@@ -527,3 +527,32 @@ OPTIONS = dict(
 def read(run: Runner, p: dict) -> dict:
     """``read_rules`` with the options of OPTIONS (checked, defaults filled)."""
     return read_rules(run, p["backend"], p["timeout"], listening=p["listening"])
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("firewall_cluster_cidr", "firewall_rendezvous_ports", "firewall_rendezvous_sources",
+               "firewall_admin_cidrs", "firewall_ssh_port", "firewall_extra_rules", "data_plane",
+               "data_plane_cidr", "data_plane_members")
+#: The facts it takes from the node: the backend chosen for it (ufw where installed, else nftables).
+INTENT_FACTS = ("backend",)
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``{backend, cluster_cidr, unknown_in, rules}``: the cluster is firewall_cluster_cidr, else the
+    members' own addresses (review F1/F9: not the whole data-plane network); ``unknown_in``: the
+    data-plane CIDR when a member has no address and no cluster CIDR is named (its rules cannot
+    name it); ``rules``: ``ruleset`` of the role's variables. Raises ValueError for bad values
+    (``unsafe_rules`` names them before any change)."""
+    named = v["firewall_cluster_cidr"]
+    members = (v["data_plane_members"] or {}).values()
+    sources = named if named else list(dict.fromkeys(m.get("address") for m in members if m.get("address")))
+    cluster = named or v["data_plane_cidr"]
+    rendezvous = v["firewall_rendezvous_sources"]
+    if rendezvous is None:
+        rendezvous = [sources] if isinstance(sources, str) else sources
+    rules = ruleset(str(sources) if isinstance(sources, str) else list(sources),
+                    (v["data_plane"] or {}).get("interface"), list(v["firewall_rendezvous_ports"] or []),
+                    list(rendezvous or []), list(v["firewall_admin_cidrs"] or []), int(v["firewall_ssh_port"]),
+                    list(v["firewall_extra_rules"] or []))
+    unknown_in = cluster if not named and any(not m.get("address") for m in members) else None
+    return {"backend": node["backend"], "cluster_cidr": cluster, "unknown_in": unknown_in, "rules": rules}

@@ -103,3 +103,27 @@ SWITCH = None
 DATA_PLANE = False
 FACTS = False
 IDS = ("names.resolve", "names.reachable")
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("host_names_hosts", "host_names_domain", "host_names_include_hostname", "data_plane_members")
+#: The facts it takes from the node: none.
+INTENT_FACTS = ()
+
+
+def intent(v: dict, node: dict) -> list[dict]:
+    """``[{host, address, names}]``, one entry per host of ``host_names_hosts`` (None or empty:
+    every member of ``data_plane_members``, in its order): the member's data-plane address (None
+    when it has none) and its names, ``<host>.<domain>`` first when ``host_names_domain`` is set,
+    then ``<host>``, then the member's own host name when ``host_names_include_hostname`` and it
+    differs."""
+    members = v["data_plane_members"] or {}
+    out = []
+    for host in v["host_names_hosts"] or list(members):
+        member = members.get(host) or {}
+        names = [f"{host}.{v['host_names_domain']}"] if v["host_names_domain"] else []
+        names.append(host)
+        if v["host_names_include_hostname"] and member.get("name") and member["name"] not in names:
+            names.append(member["name"])
+        out.append({"host": host, "address": member.get("address"), "names": names})
+    return out

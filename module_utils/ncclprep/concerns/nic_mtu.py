@@ -190,3 +190,15 @@ OPTIONS = dict(
 def read(run: Runner, p: dict) -> dict:
     """``read_mtu`` with the options of OPTIONS (checked, defaults filled)."""
     return read_mtu(run, p["interface"], p["timeout"], persist=p["persist"], netplan_file=p["netplan_file"])
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("nic_mtu_value", "data_plane")
+#: The facts it takes from the node: none (the MTU now is what it sets).
+INTENT_FACTS = ()
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``{interface (the data-plane interface), mtu (bytes, nic_mtu_value)}``. Raises ValueError
+    for an MTU that is not an integer."""
+    return {"interface": (v["data_plane"] or {}).get("interface"), "mtu": int(v["nic_mtu_value"])}

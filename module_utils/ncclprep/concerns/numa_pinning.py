@@ -401,3 +401,26 @@ def read(run: Runner, p: dict) -> dict:
     if not p["map_file"]:
         raise ValueError("needs map_file")
     return read_numa(p["interface"], p["map_file"])
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only): nccl_env's
+#: ranks per node stand in for numa_pinning's own when that is not set.
+INTENT_VARS = ("numa_pinning_nproc_per_node", "nccl_env_nproc_per_node", "numa_pinning_irq_cpus", "data_plane")
+#: The facts it takes from the node: the topology (not the IRQ affinity, which is what it sets).
+INTENT_FACTS = ("topology",)
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``numa_intent`` of the topology with the ranks per node (numa_pinning_nproc_per_node, else
+    nccl_env_nproc_per_node), the data-plane interface and numa_pinning_irq_cpus. Raises ValueError
+    naming the variables its values came from."""
+    nproc = v["numa_pinning_nproc_per_node"]
+    if nproc is None:
+        nproc = v["nccl_env_nproc_per_node"]
+    interface = (v["data_plane"] or {}).get("interface")
+    try:
+        return numa_intent(node["topology"] or {}, None if nproc is None else int(nproc), interface or None,
+                           v["numa_pinning_irq_cpus"])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{exc} (from numa_pinning_nproc_per_node={nproc!r}, numa_pinning_irq_cpus="
+                         f"{v['numa_pinning_irq_cpus']!r}, the data-plane interface {interface!r})") from None

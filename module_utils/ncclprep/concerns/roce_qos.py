@@ -487,3 +487,16 @@ SWITCH = "roce_qos_enabled"
 DATA_PLANE = False
 FACTS = True
 IDS = ("roce.qos",)
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("roce_qos_interfaces", "roce_qos_pfc_priority", "roce_qos_trust", "roce_qos_ecn", "roce_qos_tool")
+#: The facts it takes from the node: none (the ports' QoS is what it sets).
+INTENT_FACTS = ()
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``{interfaces, priority, trust, ecn, tool}``: the role's variables as they are (``survey``
+    checks and converts them)."""
+    return {"interfaces": v["roce_qos_interfaces"], "priority": v["roce_qos_pfc_priority"],
+            "trust": v["roce_qos_trust"], "ecn": v["roce_qos_ecn"], "tool": v["roce_qos_tool"]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.ncclprep.cpumask import format_cpulist, mask_to_cpus
+from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus, parse_cpulist
 from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, verdict
 from ansible.module_utils.ncclprep.sysfs import read_text
@@ -84,3 +84,30 @@ OPTIONS = dict(interface=dict(type="str"))
 def read(run: Runner, p: dict) -> dict:
     """``read_queues`` with the options of OPTIONS (checked, defaults filled)."""
     return read_queues(p["interface"])
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only):
+#: sysctl_tuning's intent gives the size of the RFS flow table.
+INTENT_VARS = ("rps_rfs_cpus", "rps_rfs_flow_cnt", "sysctl_tuning_intent")
+#: The facts it takes from the node: the interface, the names of its rx queues (not their
+#: settings, which are what it sets) and the CPUs.
+INTENT_FACTS = ("interface", "queues:keys", "local_cpus", "online_cpus", "possible_cpus")
+#: The kernel's RFS flow table size when sysctl_tuning sets none (net.core.rps_sock_flow_entries).
+DEFAULT_FLOW_ENTRIES = 32768
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``{interface, queues: [rx-0 ...], cpus (CPU list), mask (kernel hex mask), flow_cnt}``: the
+    CPUs of ``rps_rfs_cpus``, else the NIC's local CPUs, else every online CPU, as a mask as wide as
+    the possible CPUs; ``rps_rfs_flow_cnt`` flows per queue, else the flow table
+    (net.core.rps_sock_flow_entries of sysctl_tuning's intent, 32768 without) split over the rx
+    queues (the kernel's scaling.rst: rps_flow_cnt = rps_sock_flow_entries / N). Raises ValueError
+    for a CPU list that does not parse."""
+    nr_cpus = max(parse_cpulist(node["possible_cpus"])) + 1
+    cpus = v["rps_rfs_cpus"] or node["local_cpus"] or node["online_cpus"]
+    mask = cpus_to_mask(cpus, nr_cpus)
+    queues = node["queues"] or []
+    table = int((v["sysctl_tuning_intent"] or {}).get("net.core.rps_sock_flow_entries", DEFAULT_FLOW_ENTRIES))
+    flow_cnt = v["rps_rfs_flow_cnt"] if v["rps_rfs_flow_cnt"] is not None else table // max(len(queues), 1)
+    return {"interface": node["interface"], "queues": queues, "cpus": format_cpulist(mask_to_cpus(mask)),
+            "mask": mask, "flow_cnt": flow_cnt}

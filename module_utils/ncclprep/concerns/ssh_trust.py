@@ -133,3 +133,24 @@ OPTIONS = dict(
 def read(run: Runner, p: dict) -> dict:
     """``read_account`` with the options of OPTIONS (checked, defaults filled)."""
     return read_account(p["user"], p["host_key_types"], key_name=p["key_name"])
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("ssh_trust_user", "ssh_trust_key_name", "ssh_trust_from", "data_plane_members")
+#: The facts it takes from the node: the account's home folder (read from the passwd database).
+INTENT_FACTS = ("home",)
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``{user, home, key (the cluster key's path), from (the sources allowed to log in with it:
+    ssh_trust_from, else the members' addresses, comma-separated), names: {host: the names and
+    address it is reached by}}`` for every member with a data-plane address."""
+    members = v["data_plane_members"] or {}
+    addresses = list(dict.fromkeys(m.get("address") for m in members.values() if m.get("address")))
+    names = {host: list(dict.fromkeys(n for n in (host, m.get("name") or host, m.get("fqdn") or host,
+                                                  m.get("address")) if n))
+             for host, m in members.items() if m.get("address")}
+    home = node["home"]
+    return {"user": v["ssh_trust_user"], "home": home,
+            "key": f"{home or '/nonexistent'}/.ssh/{v['ssh_trust_key_name']}",
+            "from": v["ssh_trust_from"] or ",".join(addresses), "names": names}

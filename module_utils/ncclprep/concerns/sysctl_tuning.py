@@ -346,3 +346,14 @@ SWITCH = None
 DATA_PLANE = False
 FACTS = False
 IDS = ("sysctl.*",)
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("sysctl_tuning_settings", "sysctl_tuning_overrides")
+#: The facts it takes from the node: none (the live values are what it sets).
+INTENT_FACTS = ()
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``{key: value}``: sysctl_tuning_settings with sysctl_tuning_overrides over it (key by key)."""
+    return {**(v["sysctl_tuning_settings"] or {}), **(v["sysctl_tuning_overrides"] or {})}

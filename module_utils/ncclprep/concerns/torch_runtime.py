@@ -47,3 +47,15 @@ SWITCH = None
 DATA_PLANE = False
 FACTS = False
 IDS = ("versions.torch",)
+
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("torch_runtime_version", "torch_runtime_venv")
+#: The facts it takes from the node: none (the installed torch is what it sets).
+INTENT_FACTS = ()
+
+
+def intent(v: dict, node: dict) -> dict:
+    """``{version (the pin), python, torchrun (the venv's)}``."""
+    venv = v["torch_runtime_venv"]
+    return {"version": v["torch_runtime_version"], "python": f"{venv}/bin/python", "torchrun": f"{venv}/bin/torchrun"}
