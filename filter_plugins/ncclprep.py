@@ -28,7 +28,7 @@ from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import unsafe_rules, ufw_unintended  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
-from ansible.module_utils.ncclprep.concerns.nccl_env import check_env  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.nccl_env import check_env, resolve_env  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.numa_pinning import irqs_off  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ansible_facts_addresses,
@@ -140,6 +140,12 @@ def sysctl_errors(settings: dict, available_congestion_control=None, host: str =
         if why:
             errors.append(f"{host}: {key}={value!r}: {why}")
     return errors
+
+
+def nccl_env_resolve(settings: dict, overrides: dict | None, interface: str | None) -> dict:
+    """nccl_env's settings and overrides resolved as its intent takes them (concerns.nccl_env.resolve_env):
+    what ``ncclprep_nccl_env_check`` checks, deprecated names still as written."""
+    return resolve_env(settings, overrides, interface)
 
 
 def nccl_env_check(env: dict, interfaces=None, host: str = "?", debug=None) -> dict:
@@ -379,6 +385,7 @@ class FilterModule:
             "ncclprep_sysctl_value": sysctl_value,
             "ncclprep_sysctl_errors": sysctl_errors,
             "ncclprep_nccl_env_check": nccl_env_check,
+            "ncclprep_nccl_env_resolve": nccl_env_resolve,
             "ncclprep_cpulist_to_mask": cpulist_to_mask,
             "ncclprep_mask_to_cpulist": mask_to_cpulist,
             "ncclprep_cpulist": cpulist,

@@ -19,11 +19,21 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
+import sys
 import zipfile
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+
+_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+if _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
+
+# ncclprep must be imported before ansible.module_utils.ncclprep: keep this order.
+# isort: off
+import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
+from ansible.module_utils.ncclprep.atomic import write_atomic  # noqa: E402
+# isort: on
 
 DOCUMENTATION = r"""
 name: ncclprep_core
@@ -70,11 +80,7 @@ def write(dest: str, data: bytes) -> None:
     except FileNotFoundError:
         pass
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".ncclprep-core.")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, dest)
+    write_atomic(dest, data)
 
 
 class LookupModule(LookupBase):

@@ -30,10 +30,10 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import traceback
 
 from ansible.module_utils.ncclprep import node
+from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, NODE_MODULES, evaluate_node
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 
@@ -90,18 +90,8 @@ def write_record(path: str, doc: dict, facts: dict, rows: list[dict]) -> None:
     Raises OSError when it cannot be written."""
     record = {"host": doc["host"], "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "alive": True, "facts": facts, "intent": doc["intent"], "checks": rows}
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".node-check.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n", mode=0o600)
 
 
 def render_text(host: str, rows: list[dict]) -> str:

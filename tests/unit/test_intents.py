@@ -85,4 +85,15 @@ def test_an_intent_without_its_variables_or_facts_fails_instead_of_guessing():
     with pytest.raises(TypeError):
         concerns.intent("nic_mtu", {"data_plane": DATA_PLANE}, None)  # nic_mtu_value undefined: int(None)
     with pytest.raises(KeyError):
-        concerns.intent("nccl_env", {}, None)  # its intent is still computed in its intent.yml
+        concerns.intent("gpu_clocks", {}, None)
+
+
+def test_nccl_env_resolves_the_interfaces_drops_nulls_and_renames_deprecated_names():
+    v = {"nccl_env_settings": {"NCCL_SOCKET_IFNAME": None, "GLOO_SOCKET_IFNAME": None, "NCCL_DEBUG": "WARN",
+                               "NCCL_IB_HCA": None, "NCCL_ASYNC_ERROR_HANDLING": 1},
+         "nccl_env_overrides": {"NCCL_DEBUG": "INFO", "NCCL_BUFFSIZE": 8388608}, "data_plane": DATA_PLANE}
+    assert concerns.intent("nccl_env", v, None) == {
+        "NCCL_SOCKET_IFNAME": "=eth1", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "INFO",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_BUFFSIZE": "8388608"}
+    # an entry no reader may take is left out of the intent; validate.yml refuses it before any change
+    assert "NCCL_BOGUS" not in concerns.intent("nccl_env", dict(v, nccl_env_overrides={"NCCL_BOGUS": "1"}), None)

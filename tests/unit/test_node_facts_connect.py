@@ -1,4 +1,4 @@
-"""node_facts' connect (names.reachable's probe): a refused connect is tried once more after a
+"""host_names' connect (names.reachable's probe, concerns/host_names.py): a refused connect is tried once more after a
 pause; what answers only then is reported with the first try's error. Against real sockets on
 loopback."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from ansible.module_utils.ncclprep import node as node_facts
+from ansible.module_utils.ncclprep.concerns import host_names as node_facts
 from conftest import free_port
 
 
@@ -71,7 +71,7 @@ def test_a_look_up_stuck_in_the_resolver_does_not_keep_the_process_past_its_dead
 import socket, sys, time
 sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
 import conftest  # noqa: F401  (makes ansible.module_utils.ncclprep importable)
-from ansible.module_utils.ncclprep import node as nf
+from ansible.module_utils.ncclprep.concerns import host_names as nf
 socket.getaddrinfo = lambda *a, **k: time.sleep(20)
 print(time.monotonic(), flush=True)
 rows = nf.resolve([{{"host": "h", "names": ["stuck.invalid"], "address": "10.0.0.1"}}], 9, 0.5)

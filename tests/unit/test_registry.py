@@ -129,23 +129,8 @@ def test_an_intent_sees_only_its_declared_facts(concern):
         assert node[name] == (["a", "b"] if part == "keys" else facts[name])
 
 
-@pytest.mark.parametrize("path", sorted(p for p in glob.glob(os.path.join(REPO, "roles", "*", "tasks", "intent.yml"))
-                                        if p.split(os.sep)[-3] not in WITH_INTENT), ids=lambda p: p.split(os.sep)[-3])
-def test_an_intent_yml_outside_python_reads_no_live_state(path):
-    for task in _tasks(load(path)):
-        modules = [k for k in task if k not in TASK_KEYS]
-        if "block" in task:
-            continue
-        assert modules and set(modules) <= PURE, f"{path}: task {task.get('name')!r} uses {modules}"
-        text = yaml.safe_dump(task)
-        assert "lookup(" not in text and "query(" not in text, f"{path}: {task.get('name')!r} uses a lookup"
-
-
-def test_intent_purity_check_catches_a_node_read(tmp_path):
-    bad = tmp_path / "intent.yml"
-    bad.write_text("- name: Read a file\n  ansible.builtin.slurp: {src: /etc/hosts}\n  register: x\n")
-    with pytest.raises(AssertionError, match="slurp"):
-        test_an_intent_yml_outside_python_reads_no_live_state(str(bad))
+def test_every_concern_computes_its_intent_in_python():
+    assert WITH_INTENT == NAMES
 
 
 def test_no_second_place_lists_the_concerns():

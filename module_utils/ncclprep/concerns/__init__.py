@@ -17,7 +17,8 @@ beside the concern's own logic:
   ``data_plane_members``, ``data_plane_cidr``, an earlier concern's intent) and of the facts named
   in INTENT_FACTS (what it needs from the node and does not set: the firewall backend, the rx
   queues' names, the CPUs, the topology, the account's home); ``intent`` below hands over those
-  only, so an intent cannot read what it sets (nccl_env's is still computed in its intent.yml);
+  only, so an intent cannot read what it sets (its role's tasks/intent.yml asks for it through
+  lookup_plugins/ncclprep_intent.py);
 - ``OPTIONS`` and ``read(run, options) -> dict`` where its facts come from a reader of its own
   (the role's ``<name>_reader`` variable; library/concern_facts.py and node.read_node run it):
   an Ansible argument spec and the reading (``run(argv, timeout) -> (rc, stdout, stderr)``).

@@ -1,7 +1,7 @@
 """The firewall concern: the rule set, checked before any change, and the live firewall.
 
 Reading (``read``): the live rule set and the TCP listeners. Intent:
-roles/firewall/tasks/intent.yml (``ruleset``). Checks: ``firewall.rules`` and ``firewall.ports_free``.
+``intent`` (``ruleset``). Checks: ``firewall.rules`` and ``firewall.ports_free``.
 
 ``ruleset`` turns the role's variables into one list of allow rules that both
 backends render (community.general.ufw tasks, the nftables template), and

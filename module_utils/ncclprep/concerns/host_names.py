@@ -1,12 +1,16 @@
 """The host_names concern: every member's name resolves to its data-plane address on every node.
 
-Reading: node.read_facts looks each name up and connects to it (facts ``host_names``). Intent:
-roles/host_names/tasks/intent.yml. Checks: ``names.resolve`` and ``names.reachable``.
+Reading: ``resolve`` looks each name up and connects to it (facts ``host_names``; node.read_facts
+runs it with the intent's names). Intent:
+``intent``. Checks: ``names.resolve`` and ``names.reachable``.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
+import threading
+import time
 
 from ansible.module_utils.ncclprep.model import (
     Check,
@@ -96,6 +100,81 @@ def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                 passed_measured=rows, passed_expected=rows),
         reachable,
     ]
+
+
+#: Pause (seconds) before the one retry of a failed connect: a transient refusal or reset (a
+#: peer's sshd or firewall busy for a moment) clears; a port that is closed or filtered fails twice.
+RETRY_PAUSE_S = 0.5
+
+
+def connect(address: str, port: int, timeout: float, pause: float = RETRY_PAUSE_S) -> dict:
+    """TCP connect to ``address:port`` under ``timeout`` seconds, once more after ``pause`` when
+    the first fails. Returns ``{"reachable": bool, "error": str | None, "retried": [first error]
+    when the second try reached it, else []}``."""
+    errors = []
+    for attempt in range(2):
+        if attempt:
+            time.sleep(pause)
+        try:
+            with socket.create_connection((address, port), timeout=timeout):
+                return {"reachable": True, "error": None, "retried": errors}
+        except OSError as exc:
+            errors.append(f"{address}:{port} unreachable: {exc}")
+    return {"reachable": False, "error": errors[-1], "retried": []}
+
+
+def resolve(entries: list, port: int, timeout: float) -> list:
+    """Resolve every name of every entry and connect to the expected address, each under a deadline.
+
+    A connect that fails is tried once more after RETRY_PAUSE_S: when that one reaches the address
+    the row is reachable with ``retried`` holding the first error (names.reachable then warns
+    instead of failing); a second failure keeps the second error. The whole look-up of one name
+    stays under ``timeout * 2 + 1`` s."""
+    jobs = [(e.get("host"), name, e.get("address")) for e in entries for name in e.get("names", [])]
+
+    def one(job):
+        host, name, expected = job
+        row = {"host": host, "name": name, "expected": expected, "addresses": [],
+               "reachable": None, "error": None, "retried": []}
+        try:
+            infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            # in the resolver's order: the first is what torch.distributed and Gloo take
+            row["addresses"] = list(dict.fromkeys(i[4][0] for i in infos))
+        except socket.gaierror as exc:
+            row["error"] = f"cannot resolve: {exc}"
+            return row
+        target = expected if expected in row["addresses"] else row["addresses"][0]
+        row.update(connect(target, port, timeout / 2))
+        return row
+
+    if not jobs:
+        return []
+    # daemon threads, not a ThreadPoolExecutor: the interpreter joins an executor's threads at
+    # exit, so a getaddrinfo stuck in NSS (sssd, LDAP) kept the module alive past the deadline
+    done: dict[int, dict] = {}
+    todo = list(enumerate(jobs))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, job = todo.pop(0)
+            done[i] = one(job)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(32, len(jobs)))]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + timeout * 2 + 1
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    rows = []
+    for i, job in enumerate(jobs):
+        rows.append(done.get(i) or {
+            "host": job[0], "name": job[1], "expected": job[2], "addresses": [], "reachable": None,
+            "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s", "retried": []})
+    return rows
 
 
 # This concern's entry in the registry (concerns/__init__.py).

@@ -1,7 +1,7 @@
 """The nccl_env concern: the NCCL / Gloo / torch.distributed environment, its names and values.
 
 Reading (``read``): the launch env file and /etc/nccl.conf as they are on the node, and the
-GPUs. Intent: roles/nccl_env/tasks/intent.yml (``check_env`` checks it). Check: ``nccl_env.ifname``.
+GPUs. Intent: ``intent`` (``check_env`` checks it). Check: ``nccl_env.ifname``.
 
 Source of the NCCL names and values: the NCCL User Guide, "Environment Variables"
 (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html), which also defines
@@ -351,3 +351,31 @@ OPTIONS = dict(env_files=dict(type="list", elements="path", default=[]))
 def read(run: Runner, p: dict) -> dict:
     """``read_env`` with the options of OPTIONS (checked, defaults filled)."""
     return read_env(env_files=p["env_files"])
+
+#: The variables the intent is computed from (concerns.intent hands over these only).
+INTENT_VARS = ("nccl_env_settings", "nccl_env_overrides", "data_plane")
+#: The facts it takes from the node: none (the env files are what it writes).
+INTENT_FACTS = ()
+#: The interface variables that default to the data-plane interface when set to null.
+AUTO_IFNAME = {"NCCL_SOCKET_IFNAME": "={}", "GLOO_SOCKET_IFNAME": "{}"}
+
+
+def resolve_env(settings: dict | None, overrides: dict | None, interface: str | None) -> dict:
+    """nccl_env_settings with nccl_env_overrides over them, key by key, every value as text: a null
+    interface variable (AUTO_IFNAME) becomes the data-plane interface (NCCL_SOCKET_IFNAME as
+    ``=<interface>``, NCCL's exact-name form), any other null is dropped."""
+    out = {}
+    for name, value in {**(settings or {}), **(overrides or {})}.items():
+        if value is None and name in AUTO_IFNAME:
+            out[name] = AUTO_IFNAME[name].format(interface)
+        elif value is not None:
+            out[name] = str(value)
+    return out
+
+
+def intent(v: dict, node: dict) -> dict:
+    """The effective environment ``{NAME: value}``: ``resolve_env`` with the deprecated names
+    renamed to their successors (``check_env``'s effective). Entries ``check_env`` refuses are left
+    out; the role's validate.yml fails on them, with this host's interfaces, before any change."""
+    env = resolve_env(v["nccl_env_settings"], v["nccl_env_overrides"], (v["data_plane"] or {}).get("interface"))
+    return check_env(env)[2]

@@ -1,7 +1,7 @@
 """The nic_mtu concern: one MTU on every data-plane NIC, persisted where the interface is defined.
 
 Reading (``read``): the interface's MTU, its limits and which manager defines it at boot
-(netplan, ifupdown, NetworkManager). Intent: roles/nic_mtu/tasks/intent.yml. Check:
+(netplan, ifupdown, NetworkManager). Intent: ``intent``. Check:
 ``data_plane.mtu`` (its id from before the concern had a module of its own).
 """
 

@@ -1,7 +1,7 @@
 """The numa_pinning concern: NUMA topology from sysfs, the per-node binding map, the IRQ plan.
 
 Reading (``read``): the topology and the IRQ affinity of the data-plane NIC. Intent:
-roles/numa_pinning/tasks/intent.yml (``numa_intent``). Checks: ``numa.binding`` and
+``intent`` (``numa_intent``). Checks: ``numa.binding`` and
 ``numa.irq_affinity``.
 
 Sources (Linux sysfs ABI, Documentation/ABI/stable/sysfs-devices-node and

@@ -1,7 +1,7 @@
 """The roce_qos concern: RoCE ports and their lossless QoS, PFC on one priority, trust DSCP, ECN.
 
 Reading: ``survey`` (the roce_qos module, and node.read_node beside the readers of the other
-concerns). Check: ``roce.qos``.
+concerns). Intent: ``intent``. Check: ``roce.qos``.
 
 Reading and planning live here (a sysfs tree given as an argument; the tools run through a
 runner given as an argument, each under a deadline: ``survey``), so that the ``roce_qos`` module

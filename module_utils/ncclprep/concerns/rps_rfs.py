@@ -1,6 +1,6 @@
 """The rps_rfs concern: RPS CPUs and RFS flow counts on every rx queue of the data-plane NIC.
 
-Reading (``read``): the rx queues and the CPUs. Intent: roles/rps_rfs/tasks/intent.yml. Check:
+Reading (``read``): the rx queues and the CPUs. Intent: ``intent``. Check:
 ``rps_rfs.queues``.
 """
 

@@ -1,7 +1,7 @@
 """The ssh_trust concern: every node logs in to every other as the trust account, host keys checked.
 
 Reading (``read``): the account's home, the host keys and whether root may write its .ssh.
-Intent: roles/ssh_trust/tasks/intent.yml. Check: ``ssh.trust`` (from ssh_mesh's runs).
+Intent: ``intent``. Check: ``ssh.trust`` (from ssh_mesh's runs).
 """
 
 from __future__ import annotations

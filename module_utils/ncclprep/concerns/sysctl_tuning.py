@@ -4,7 +4,7 @@ Names, /proc/sys paths, value normalisation and ``sysctl -a`` parsing. A sysctl 
 string; multi-value keys (``net.ipv4.tcp_rmem``) are whitespace-separated integers, which the
 kernel prints tab-separated. Values are compared after whitespace normalisation, as
 ansible.posix.sysctl does. Reading: node.read_facts (facts ``sysctl_tuning``). Intent:
-roles/sysctl_tuning/tasks/intent.yml. Checks: ``sysctl.<key>``, one per intended key.
+``intent``. Checks: ``sysctl.<key>``, one per intended key.
 """
 
 from __future__ import annotations

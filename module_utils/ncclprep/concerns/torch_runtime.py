@@ -1,7 +1,7 @@
 """The torch_runtime concern: the pinned torch in its own venv on every node.
 
 Reading: node.read_facts runs the venv's python (facts ``torch_runtime``). Intent:
-roles/torch_runtime/tasks/intent.yml. Check: ``versions.torch``.
+``intent``. Check: ``versions.torch``.
 """
 
 from __future__ import annotations

@@ -30,12 +30,13 @@ import glob
 import json
 import os
 
+from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.report.common import named_hosts
 from ansible.module_utils.ncclprep.report.compare import compare_runs, render_compare_json, render_compare_markdown
 from ansible.module_utils.ncclprep.report.html import render_html
 from ansible.module_utils.ncclprep.report.junit import render_junit
 from ansible.module_utils.ncclprep.report.markdown import render_markdown
-from ansible.module_utils.ncclprep.report.prom import render_prom, write_atomic
+from ansible.module_utils.ncclprep.report.prom import render_prom
 from ansible.module_utils.ncclprep.report.schema import (
     READABLE_VERSIONS,
     SCHEMA_VERSION,

@@ -4,7 +4,7 @@ Every metric is a gauge in base units with the ``ncclprep_`` prefix (METRICS lis
 their labels): seconds, bytes, bytes per second (busbw_gbps x 1e9). Status metrics are
 state sets with only the present state written: ``ncclprep_check_status{check, host,
 status} 1`` per check and cluster host (common.host_status), so ``ncclprep_check_status
-{status="FAIL"} == 1`` selects the failing ones. Written atomically (write_atomic: a temp
+{status="FAIL"} == 1`` selects the failing ones. Written atomically (atomic.write_atomic: a temp
 file then rename) so the collector never reads half a file.
 
 Pure Python, standard library only: ``ansible.module_utils.ncclprep.report.prom``.
@@ -13,8 +13,6 @@ Pure Python, standard library only: ``ansible.module_utils.ncclprep.report.prom`
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 
 from ansible.module_utils.ncclprep.report.common import counts, host_status
 from ansible.module_utils.ncclprep.report.schema import stamp_seconds
@@ -112,19 +110,3 @@ def render_prom(cluster: dict) -> str:
             out.append(f"{name}{{{lab}}} {_value(v)}" if lab else f"{name} {_value(v)}")
     return "\n".join(out) + "\n"
 
-
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder (``.<name>.*.tmp``, a
-    name node_exporter's collector skips) and ``os.replace``, so a reader sees the old file or
-    the new one, never a part. Raises OSError when the folder cannot be written."""
-    folder, name = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
