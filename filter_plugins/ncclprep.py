@@ -25,6 +25,7 @@ import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
+from ansible.module_utils.ncclprep.collective_blame import deadline_s as blame_deadline_s  # noqa: E402
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import unsafe_rules, ufw_unintended  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
@@ -357,6 +358,15 @@ def net_min_deadline(join_timeout, connect_timeout, step_timeout, bandwidth_seco
                                   float(bandwidth_seconds), None if mtu is None else int(mtu)))
 
 
+def blame_deadline(hosts, round_timeout, probe_timeout, join_timeout) -> int:
+    """collective_blame.deadline_s for the nodes ``hosts`` (a list), rounded up to whole seconds:
+    the most the collective blame can add to the collectives' job (nccl_probe gathers the
+    results for at most the collectives' deadline and their join, ``probe_timeout + join_timeout``)."""
+    if isinstance(hosts, (str, bytes)) or not hasattr(hosts, "__len__"):
+        raise AnsibleFilterError(f"ncclprep_blame_deadline: hosts={hosts!r} is not a list of hosts")
+    return math.ceil(blame_deadline_s(len(hosts), float(round_timeout), float(probe_timeout) + float(join_timeout)))
+
+
 def managed(entries: list | None, kind: str | None = None, concern: str | None = None) -> list[dict]:
     """drift.managed_entries: a ``<role>_managed_files`` list's entries that apply on this host.
 
@@ -395,4 +405,5 @@ class FilterModule:
             "ncclprep_cidr_errors": cidr_errors,
             "ncclprep_managed": managed,
             "ncclprep_net_min_deadline": net_min_deadline,
+            "ncclprep_blame_deadline": blame_deadline,
         }

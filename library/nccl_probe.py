@@ -21,6 +21,12 @@ description:
     the missing ranks, never a hung task.
   - Under NCCL the ranks run with C(NCCL_DEBUG=INFO) into a log file of their own; the log is
     parsed (module_utils/ncclprep/parsers/nccl_log.py) into RV(probe.nccl_log).
+  - With O(blame), the nodes stay together after the collectives for the collective blame
+    (module_utils/ncclprep/collective_blame.py) - when the collectives failed, hung with every
+    rank present or fell below O(blame_floor), they run the rounds of C(blame.collective_plan)
+    (ring-neighbour pairs, then halves) through a store of their own on the first node, port
+    O(master_port) + 1 (a round's groups at + 2, + 3, ...), and the first node returns the
+    verdict in RV(probe.blame). One job per node, no round started by Ansible.
   - Must run with an interpreter that can import torch (torch_runtime's venv).
 options:
   rank: {type: int, required: true, description: "This host's index in O(hosts), 0 .. len(hosts)-1 (its node rank)."}
@@ -71,6 +77,27 @@ options:
     description:
       - CPU list per local rank of this host (C(0-15,32-47)), each rank bound to it (the numa_pinning map the
         launcher binds by); [] binds none.
+  blame: {type: bool, default: false, description: Run the collective blame after collectives that went wrong.}
+  addresses:
+    type: list
+    elements: str
+    default: []
+    description: Data-plane address of every host, in O(hosts) order; required with O(blame).
+  blame_timeout:
+    type: int
+    default: 60
+    description: Deadline in seconds of one blame round (half of it, at most O(join_timeout), for its ranks to arrive).
+  blame_floor:
+    type: float
+    description: busbw floor in GB/s at the largest size below which the blame runs and a group is slow; unset, none.
+  slow_z:
+    type: float
+    default: -3.5
+    description: Modified z-score under which a group's busbw is slow (blame.slow_outliers).
+  slow_ratio:
+    type: float
+    default: 0.5
+    description: Fraction of the other groups' median busbw under which a group is slow.
 author: ncclprep contributors
 """
 
@@ -119,6 +146,15 @@ probe:
     gloo_bind:
       type: dict
       description: "Under Gloo, the address it binds - ifname, address, how (GLOO_SOCKET_IFNAME or hostname), error."
+    blame:
+      type: dict
+      description:
+        - On the first node with O(blame), when the blame ran - trigger (checks.collectives.collective_trigger),
+          verdict (the last plan of blame.collective_plan; stage done - nodes, links, groups, message), rounds
+          (each round's groups with status and busbw in GB/s), error (what stopped it, or null). Null otherwise.
+    blame_error:
+      type: str
+      description: On another node, why it could not take part in the blame (the first node's store unreachable).
 """
 
 import glob
@@ -128,6 +164,7 @@ import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.ncclprep.collective_blame import run_blame
 from ansible.module_utils.ncclprep.collectives import SUPPORTED, nccl_log_summary, rank_layout, run_local_ranks
 from ansible.module_utils.ncclprep.envfile import read_env_file
 
@@ -161,6 +198,12 @@ def main() -> None:
             token=dict(type="str", no_log=True),
             local_ranks=dict(type="list", elements="int", default=[]),
             cpu_binding=dict(type="list", elements="str", default=[]),
+            blame=dict(type="bool", default=False),
+            addresses=dict(type="list", elements="str", default=[]),
+            blame_timeout=dict(type="int", default=60),
+            blame_floor=dict(type="float"),
+            slow_z=dict(type="float", default=-3.5),
+            slow_ratio=dict(type="float", default=0.5),
         ),
         supports_check_mode=True,
     )
@@ -183,6 +226,11 @@ def main() -> None:
     except ValueError as exc:
         module.fail_json(msg=f"{host}: {exc}")
     mine = offsets[p["rank"] + 1] - offsets[p["rank"]]
+    if p["blame"] and len(p["addresses"]) != len(p["hosts"]):
+        module.fail_json(msg=f"{host}: blame needs one address per host: addresses={p['addresses']} for "
+                             f"hosts={p['hosts']}")
+    if p["blame"] and p["blame_timeout"] < 10:
+        module.fail_json(msg=f"{host}: blame_timeout={p['blame_timeout']}: valid: an integer >= 10")
     if len(p["cpu_binding"]) not in (0, mine):
         module.fail_json(msg=f"{host}: cpu_binding has {len(p['cpu_binding'])} entries for {mine} local ranks")
     if not HAS_TORCH:
@@ -232,7 +280,36 @@ def main() -> None:
         probe["nccl_log"] = nccl_log_summary(texts)
     else:
         probe["gloo_ifname"] = os.environ.get("GLOO_SOCKET_IFNAME")
+    if p["blame"] and len(p["hosts"]) > 1:
+        probe.update(blame=None, blame_error=None)
+        os.environ.pop("NCCL_DEBUG", None)  # the rounds' NCCL logs would tell nothing the first run's did not
+        blame = run_blame(torch.distributed, p["rank"], p["hosts"], p["addresses"], p["master_port"] + 1, probe,
+                          _round_runner(p, backend), token=p["token"], floor=p["blame_floor"], z=p["slow_z"],
+                          ratio=p["slow_ratio"], round_timeout_s=p["blame_timeout"],
+                          gather_timeout_s=max(p["timeout"] - probe.get("elapsed_s", 0), 0) + p["join_timeout"])
+        if p["rank"] == 0:
+            probe["blame"] = blame
+        elif blame:
+            probe["blame_error"] = blame.get("error")
     module.exit_json(changed=False, probe=probe)
+
+
+def _round_runner(p: dict, backend: str):
+    """``run_group`` for collective_blame.run_blame: this host's ranks in a round's group, the op
+    that went wrong at the largest size, one warmup, under the round's deadline (half of it, at
+    most join_timeout, for the ranks to arrive); no CPU binding (the rounds compare groups)."""
+    me = p["hosts"][p["rank"]]
+    per_host = dict(zip(p["hosts"], p["local_ranks"] or [1] * len(p["hosts"]), strict=True))
+    join = min(p["join_timeout"], p["blame_timeout"] // 2)
+
+    def run_group(group: list, master_addr: str, master_port: int, ops: list) -> dict:
+        return run_local_ranks(
+            group.index(me), len(group), [per_host[h] for h in group], [], p["blame_timeout"],
+            master_addr=master_addr, master_port=master_port, backend=backend, ops=ops,
+            sizes=[max(p["sizes"])], warmup=1, iters=p["iters"], join_timeout_s=join,
+            op_timeout_s=max(p["blame_timeout"] - join, 5), token=p["token"])
+
+    return run_group
 
 
 if __name__ == "__main__":

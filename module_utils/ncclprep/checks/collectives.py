@@ -215,8 +215,10 @@ def check_blame(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     why = (blame.get("trigger") or {}).get("reason") or "the collectives went wrong"
     measured = {"rounds": len(blame.get("rounds") or []), "outcomes": verdict.get("outcomes")}
     if verdict.get("stage") != "done":
+        stopped = blame.get("error")
         return [make_check("collective.blame", "WARN", measured=measured, expected="a verdict",
-                           message=f"the blame ran out of rounds before a verdict ({why})",
+                           message=f"the blame stopped before a verdict: {stopped} ({why})" if stopped
+                           else f"the blame ran out of rounds before a verdict ({why})",
                            remediation="run validate.yml on fewer nodes (--limit) to narrow it down")]
     names = list(verdict.get("nodes") or []) + [f"{a} <-> {b}" for a, b in verdict.get("links") or []]
     groups = [", ".join(g) for g in verdict.get("groups") or []]
