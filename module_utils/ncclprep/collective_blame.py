@@ -36,11 +36,12 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import socket
 import time
 from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep.blame import blame_round, collective_plan
-from ansible.module_utils.ncclprep.checks.collectives import collective_trigger
+from ansible.module_utils.ncclprep.collectives import collective_trigger
 from ansible.module_utils.ncclprep.netutil import bound_tcp_store, signed_store
 
 #: Seconds past a round's deadline that node rank 0 waits for a group's result, and the others
@@ -64,6 +65,22 @@ def deadline_s(n_hosts: int, round_timeout_s: float, gather_timeout_s: float) ->
     gathering of the results (``gather_timeout_s``, at most the collectives' deadline and their
     join), every round with its slack, and the closing acknowledgements."""
     return gather_timeout_s + ROUND_SLACK_S + max_rounds(n_hosts) * (round_timeout_s + ROUND_SLACK_S) + ACK_WAIT_S
+
+
+def _wait_listening(address: str, port: int, deadline: float, clock: Callable[[], float]) -> None:
+    """Wait until ``address:port`` accepts a connection (node rank 0's store is up: its own
+    collectives may end seconds after this node's), trying every 0.1 s until ``deadline``; then
+    the store's client connects at once (torch's client, refused, backs off for seconds: +2 s
+    in the collectives' stage of a healthy 4-node run). Raises OSError naming the address when
+    the deadline passes."""
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=1.0):
+                return
+        except OSError as exc:
+            if clock() >= deadline:
+                raise OSError(f"{address}:{port} did not accept a connection in time ({exc})") from None
+        time.sleep(0.1)
 
 
 def _put(store, key: str, value) -> None:
@@ -113,6 +130,8 @@ def run_blame(dist, node_rank: int, hosts: list[str], addresses: list[str], port
         raise ValueError(f"addresses has {len(addresses)} entries for {n} hosts ({addresses})")
     me = hosts[node_rank]
     try:
+        if node_rank != 0:
+            _wait_listening(addresses[0], port, clock() + gather_timeout_s, clock)
         store, listener = bound_tcp_store(dist, node_rank, n, addresses[0], port, gather_timeout_s)
     except (RuntimeError, OSError) as exc:
         error = f"{me}: the blame's store at {addresses[0]}:{port}: {exc}"

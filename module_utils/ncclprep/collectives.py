@@ -381,3 +381,60 @@ def run_local_ranks(node_rank: int, n_hosts: int, local_ranks: list[int], cpu_bi
         outs = list(pool.map(one, range(count)))
     return dict(merge_local_ranks(outs, first), elapsed_s=max(o["elapsed_s"] for o in outs),
                 world_size=world, first_rank=first)
+
+
+def summarize_collectives(records: dict[str, dict]) -> dict:
+    """Merge every rank's rows: per op and size the slowest rank's time and the busbw it gives.
+
+    ``records``: host -> a host record (model.HostRecord) or any mapping whose ``probe.results``
+    are nccl_probe rows ``{op, size_bytes, time_us, algbw_gbps, busbw_gbps, wrong}`` (rows with
+    ``skipped`` are left out).
+    Returns ``{op: [{size_bytes, time_us_max, algbw_gbps, busbw_gbps, wrong, slowest_host}]}``,
+    sizes ascending (bandwidths in GB/s, GB = 1e9 bytes, from the slowest rank, as nccl-tests
+    doc/PERFORMANCE.md reports them; wrong: elements summed over ranks).
+    """
+    merged: dict = {}
+    for host, rec in sorted(records.items()):
+        for row in ((rec or {}).get("probe") or {}).get("results") or []:
+            if "skipped" in row:
+                continue
+            key = (row["op"], row["size_bytes"])
+            cur = merged.get(key)
+            if cur is None or row["time_us"] > cur["time_us_max"]:
+                wrong = row["wrong"] + (cur["wrong"] if cur else 0)
+                merged[key] = {"size_bytes": row["size_bytes"], "time_us_max": row["time_us"],
+                               "algbw_gbps": row["algbw_gbps"], "busbw_gbps": row["busbw_gbps"],
+                               "wrong": wrong, "slowest_host": host}
+            else:
+                cur["wrong"] += row["wrong"]
+    out: dict = {}
+    for (op, _size), row in sorted(merged.items()):
+        out.setdefault(op, []).append(row)
+    return out
+
+
+def collective_trigger(probes: dict[str, dict | None], floor: float | None = None) -> dict:
+    """Whether the collective blame (blame.collective_plan, run by nccl_probe's job:
+    collective_blame.py) should run after the probe on all
+    hosts, and on which op.
+
+    ``probes``: host -> nccl_probe ``probe`` result (None where it did not run). Runs when a
+    probe FAILed (an error or wrong elements), HANGed with every rank present (an op that
+    never completed; a rank that never arrived is already named, and pairing it would only
+    hang again), or when an op's busbw at the largest size (``summarize_collectives``, the
+    slowest rank's, as check_collectives holds it) is below ``floor`` (GB/s; None: no floor).
+    Returns ``{"run": bool, "ops": [the one op the rounds run: all_reduce when it went wrong
+    or nothing op-specific did, else the first op that did], "reason": str}``.
+    """
+    reasons = [f"{host}: {p['status']} ({p.get('error') or p.get('stage')})" for host, p in sorted(probes.items())
+               if p and (p.get("status") == "FAIL" or (p.get("status") == "HANG" and not p.get("missing_hosts")))]
+    summary = summarize_collectives({h: {"probe": p} for h, p in probes.items()})
+    ops = {op for op, rows in summary.items() if any(r["wrong"] for r in rows)}
+    if floor is not None:
+        for op, rows in sorted(summary.items()):
+            if rows[-1]["busbw_gbps"] < floor:
+                ops.add(op)
+                reasons.append(f"{op} busbw {rows[-1]['busbw_gbps']:.3g} GB/s below {floor:g}")
+    # one op is enough to tell the node or link apart (each round then costs one op at the largest size)
+    op = "all_reduce" if "all_reduce" in ops or not ops else sorted(ops)[0]
+    return {"run": bool(reasons), "ops": [op], "reason": "; ".join(reasons)}

@@ -16,7 +16,7 @@ from ansible.module_utils.ncclprep.blame import (
     slow_outliers,
     slowest_per_direction,
 )
-from ansible.module_utils.ncclprep.checks.collectives import collective_trigger
+from ansible.module_utils.ncclprep.collectives import collective_trigger
 
 # One TCP stream per direction (GB/s) measured on the 3-node local cluster of this machine:
 # healthy, and with node2's eth0 throttled by `tc qdisc add dev eth0 root tbf rate 200mbit ...`.
