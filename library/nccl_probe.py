@@ -149,7 +149,7 @@ probe:
     blame:
       type: dict
       description:
-        - On the first node with O(blame), when the blame ran - trigger (checks.collectives.collective_trigger),
+        - On the first node with O(blame), when the blame ran - trigger (collectives.collective_trigger),
           verdict (the last plan of blame.collective_plan; stage done - nodes, links, groups, message), rounds
           (each round's groups with status and busbw in GB/s), error (what stopped it, or null). Null otherwise.
     blame_error:

@@ -1,6 +1,6 @@
 """The collective blame, run by nccl_probe itself after the collectives (issue 24, review R3).
 
-When the collectives went wrong on the whole cluster (``checks.collectives.collective_trigger``:
+When the collectives went wrong on the whole cluster (``collectives.collective_trigger``:
 a FAIL, a HANG with every rank present, a busbw below the floor), the blame pairs the nodes and
 then bisects (``blame.collective_plan``) until it names the node, the link or the smallest
 failing group. Each round runs the one op that went wrong at the largest size on every group of
@@ -56,7 +56,7 @@ PROBE_KEYS = ("status", "stage", "error", "missing_hosts", "results")
 def max_rounds(n_hosts: int) -> int:
     """The most rounds the blame runs on ``n_hosts`` nodes: the ring pairs (3 at most), the
     confirm rounds (blame.MAX_CONFIRM_ROUNDS, 2) folded into 3 + ceil(log2 n) with the bisection,
-    which halves down to groups of 2-3 nodes (the bound roles/preflight/tasks/probe.yml had)."""
+    which halves down to groups of 2-3 nodes (the bound the Ansible-driven rounds had)."""
     return 3 + math.ceil(math.log2(max(n_hosts, 2)))
 
 
@@ -129,13 +129,16 @@ def run_blame(dist, node_rank: int, hosts: list[str], addresses: list[str], port
     if len(addresses) != n:
         raise ValueError(f"addresses has {len(addresses)} entries for {n} hosts ({addresses})")
     me = hosts[node_rank]
+
+    def failed(error: str) -> dict:
+        return {"trigger": None, "verdict": None, "rounds": [], "error": error} if node_rank == 0 else {"error": error}
+
     try:
         if node_rank != 0:
             _wait_listening(addresses[0], port, clock() + gather_timeout_s, clock)
         store, listener = bound_tcp_store(dist, node_rank, n, addresses[0], port, gather_timeout_s)
     except (RuntimeError, OSError) as exc:
-        error = f"{me}: the blame's store at {addresses[0]}:{port}: {exc}"
-        return {"trigger": None, "verdict": None, "rounds": [], "error": error} if node_rank == 0 else {"error": error}
+        return failed(f"{me}: the blame's store at {addresses[0]}:{port}: {exc}")
     if token:
         store = signed_store(dist, store, token)
     try:
@@ -145,8 +148,7 @@ def run_blame(dist, node_rank: int, hosts: list[str], addresses: list[str], port
                          gather_timeout_s, clock)
         return _follow(store, node_rank, hosts, addresses, port, run_group, round_timeout_s, gather_timeout_s, clock)
     except (RuntimeError, OSError, ValueError) as exc:  # the store failed under us (a node went away)
-        error = f"{me}: the blame's store on {hosts[0]}: {exc}"
-        return {"trigger": None, "verdict": None, "rounds": [], "error": error} if node_rank == 0 else {"error": error}
+        return failed(f"{me}: the blame's store on {hosts[0]}: {exc}")
     finally:
         if listener is not None:
             # node rank 0: the store owns the listening socket's descriptor from here; closing it
@@ -190,10 +192,9 @@ def _lead(store, hosts, addresses, port, probe, run_group, floor, z, ratio, roun
     try:  # what ran before the store failed stands
         for i in range(max_rounds(n)):
             plan = collective_plan(hosts, history, z, ratio, floor)
-            if plan["stage"] == "done":
-                _put(store, f"plan/{i}", plan)
-                break
             _put(store, f"plan/{i}", plan)
+            if plan["stage"] == "done":
+                break
             end = clock() + round_timeout_s + ROUND_SLACK_S
             _run_round(store, i, hosts[0], plan, hosts, addresses, port, run_group, trigger["ops"])
             results = {g[0]: _get(store, f"round/{i}/{gi}", end, clock) for gi, g in enumerate(plan["groups"])}

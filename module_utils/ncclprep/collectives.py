@@ -415,8 +415,7 @@ def summarize_collectives(records: dict[str, dict]) -> dict:
 
 def collective_trigger(probes: dict[str, dict | None], floor: float | None = None) -> dict:
     """Whether the collective blame (blame.collective_plan, run by nccl_probe's job:
-    collective_blame.py) should run after the probe on all
-    hosts, and on which op.
+    collective_blame.py) should run after the probe on all hosts, and on which op.
 
     ``probes``: host -> nccl_probe ``probe`` result (None where it did not run). Runs when a
     probe FAILed (an error or wrong elements), HANGed with every rank present (an op that

@@ -62,7 +62,7 @@ class HostRecord(TypedDict):
       the sender), or None when it did not run.
     - ``probe``: the nccl_probe module's ``probe`` result, or None when it did not run.
     - ``blame``: the collective blame run after bad collectives (the same on every host):
-      ``{trigger: checks.collectives.collective_trigger, verdict: blame.collective_plan's last plan,
+      ``{trigger: collectives.collective_trigger, verdict: blame.collective_plan's last plan,
       rounds: its history}``, or None when the collectives needed none.
     - ``smoke``: the torchrun_smoke module's ``smoke`` result, or None when it did not run.
 
