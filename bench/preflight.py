@@ -18,8 +18,8 @@ from; see STAGE_OF):
     start       ansible-playbook's start until the first task (inventory, plugins, the play)
     facts       fact gathering, node_facts and the input checks
     checks      the live state of every concern, the drift of the managed files, port counters
-    net_probe   latency, bandwidth and path MTU between the nodes
-    nccl_probe  the collectives and, when they fail, the blame rounds
+    probes      one job per node: latency, bandwidth and path MTU between the nodes, then the
+                collectives and, when they fail, the blame rounds
     torchrun    the multi-node training job
     report      the checks' verdicts and the reports, on the controller
     exit        from the last task to ansible-playbook's exit
@@ -43,11 +43,11 @@ import tempfile
 
 import benchlib
 
-STAGES = ["start", "facts", "checks", "net_probe", "nccl_probe", "torchrun", "report", "exit"]
+STAGES = ["start", "facts", "checks", "probes", "torchrun", "report", "exit"]
 # (facts.yml: node_facts and ssh_mesh before the node was read in one run in read.yml; kept for --against)
 STAGE_OF_FILE = {"main.yml": "facts", "facts.yml": "facts", "read.yml": "facts", "ssh.yml": "facts",
                  "concerns.yml": "checks",
-                 "drift.yml": "checks", "net.yml": "net_probe", "probe.yml": "nccl_probe", "blame.yml": "nccl_probe",
+                 "drift.yml": "checks", "net.yml": "probes", "probe.yml": "probes", "blame.yml": "probes",
                  "smoke.yml": "torchrun", "report.yml": "report", "wait_job.yml": None}
 CORES = os.cpu_count() or 1
 BASELINE = ["-e", "preflight_net_enabled=false", "-e", "preflight_drift_enabled=false"]

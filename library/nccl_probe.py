@@ -27,6 +27,9 @@ description:
     (ring-neighbour pairs, then halves) through a store of their own on the first node, port
     O(master_port) + 1 (a round's groups at + 2, + 3, ...), and the first node returns the
     verdict in RV(probe.blame). One job per node, no round started by Ansible.
+  - "With O(net), the network probe (library/net_probe.py, the same options) runs first in the same
+    job, then the collectives (O(collectives)): one process and one torch import per node for both, and
+    RV(net) beside RV(probe)."
   - Must run with an interpreter that can import torch (torch_runtime's venv).
 options:
   rank: {type: int, required: true, description: "This host's index in O(hosts), 0 .. len(hosts)-1 (its node rank)."}
@@ -98,6 +101,22 @@ options:
     type: float
     default: 0.5
     description: Fraction of the other groups' median busbw under which a group is slow.
+  net:
+    type: dict
+    description:
+      - The network probe's options (library/net_probe.py, module_utils/ncclprep/netprobe.py ARGUMENT_SPEC; its
+        own O(net.rank) and O(net.hosts), the hosts with a data-plane address), run before the collectives.
+        Unset, no network probe.
+  collectives:
+    type: bool
+    default: true
+    description: Run the collectives (false with O(net) runs the network probe alone).
+  wait_for_net:
+    type: int
+    default: 0
+    description:
+      - Seconds the other hosts' network probe may take before they reach the collectives, added to this
+        host's O(join_timeout) and O(timeout) when it runs none itself (no data-plane address); 0 otherwise.
 author: ncclprep contributors
 """
 
@@ -115,9 +134,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+net:
+  description: With O(net), what this host's network probe measured (library/net_probe.py RETURN).
+  returned: when O(net) is set
+  type: dict
 probe:
   description: What this rank saw.
-  returned: always
+  returned: when O(collectives) is true
   type: dict
   contains:
     status: {type: str, description: PASS, FAIL (wrong results or an error) or HANG.}
@@ -167,6 +190,9 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.ncclprep.collective_blame import run_blame
 from ansible.module_utils.ncclprep.collectives import SUPPORTED, nccl_log_summary, rank_layout, run_local_ranks
 from ansible.module_utils.ncclprep.envfile import read_env_file
+from ansible.module_utils.ncclprep.netprobe import ARGUMENT_SPEC as NET_SPEC
+from ansible.module_utils.ncclprep.netprobe import bad_input as net_bad_input
+from ansible.module_utils.ncclprep.netprobe import probe as net_probe
 
 try:
     import torch
@@ -204,6 +230,9 @@ def main() -> None:
             blame_floor=dict(type="float"),
             slow_z=dict(type="float", default=-3.5),
             slow_ratio=dict(type="float", default=0.5),
+            net=dict(type="dict", options=NET_SPEC),
+            collectives=dict(type="bool", default=True),
+            wait_for_net=dict(type="int", default=0),
         ),
         supports_check_mode=True,
     )
@@ -233,22 +262,39 @@ def main() -> None:
         module.fail_json(msg=f"{host}: blame_timeout={p['blame_timeout']}: valid: an integer >= 10")
     if len(p["cpu_binding"]) not in (0, mine):
         module.fail_json(msg=f"{host}: cpu_binding has {len(p['cpu_binding'])} entries for {mine} local ranks")
-    if not HAS_TORCH:
-        # A measurement result, not a task error: the other ranks report this rank missing.
-        module.exit_json(changed=False, probe={
-            "status": "FAIL", "rank": p["rank"], "host": host, "stage": "start", "results": [],
-            "missing_ranks": [], "missing_hosts": [],
-            "error": missing_required_lib("torch") + f" (interpreter {sys.executable}; "
-                     "run site.yml so torch_runtime installs it)"})
+    if p["wait_for_net"] < 0:
+        module.fail_json(msg=f"{host}: wait_for_net={p['wait_for_net']}: valid: an integer >= 0 (seconds)")
+    problem = net_bad_input(p["net"]) if p["net"] else None
+    if problem:
+        module.fail_json(msg=f"net: {problem}")
     if module.check_mode:
         module.exit_json(changed=False, probe={"status": "SKIP", "rank": p["rank"], "host": host})
-
     if p["env_file"]:
         try:
             os.environ.update(read_env_file(p["env_file"]))
         except (OSError, ValueError) as exc:
             module.fail_json(msg=f"{host}: env_file {p['env_file']}: {exc}")
+    out = {}
+    torch_error = None if HAS_TORCH else (missing_required_lib("torch") + f" (interpreter {sys.executable}; "
+                                          "run site.yml so torch_runtime installs it)")
+    if p["net"]:
+        out["net"] = net_probe(p["net"], torch_error)
+    elif p["wait_for_net"]:
+        # the others reach the collectives only after their network probe: wait for them that much longer
+        p = dict(p, join_timeout=p["join_timeout"] + p["wait_for_net"], timeout=p["timeout"] + p["wait_for_net"])
+    if p["collectives"]:
+        out["probe"] = collectives(p, host, offsets, torch_error)
+    module.exit_json(changed=False, **out)
 
+
+def collectives(p: dict, host: str, offsets: list, torch_error: str | None) -> dict:
+    """This host's part of the collectives (and of the blame, with O(blame)): the ``probe`` result
+    (RETURN). ``offsets``: collectives.rank_layout of the hosts' local ranks. Raises nothing: every
+    failure is a status in the result."""
+    if torch_error:
+        # A measurement result, not a task error: the other ranks report this rank missing.
+        return {"status": "FAIL", "rank": p["rank"], "host": host, "stage": "start", "results": [],
+                "missing_ranks": [], "missing_hosts": [], "error": torch_error}
     backend = p["backend"]
     if backend == "auto":
         # Ask NVML, not the CUDA runtime: the ranks are forked from here, and a CUDA runtime
@@ -291,7 +337,7 @@ def main() -> None:
             probe["blame"] = blame
         elif blame:
             probe["blame_error"] = blame.get("error")
-    module.exit_json(changed=False, probe=probe)
+    return probe
 
 
 def _round_runner(p: dict, backend: str):

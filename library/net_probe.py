@@ -116,12 +116,10 @@ net:
     elapsed_s: {type: float, description: Seconds the probe took.}
 """
 
-import math
 import sys
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
-from ansible.module_utils.ncclprep.netprobe import ROUND_CLOSE_SLACK_S, min_deadline, run_node
+from ansible.module_utils.ncclprep import netprobe
 
 try:
     import torch.distributed  # noqa: F401  (the store)
@@ -131,98 +129,15 @@ except ImportError:
     HAS_TORCH = False
 
 
-
-def bad_input(p: dict, host: str) -> str | None:
-    """The first invalid parameter, as a message naming host, option and value, or None."""
-    n = len(p["hosts"])
-    if len(p["addresses"]) != n:
-        return f"{host}: addresses has {len(p['addresses'])} entries for {n} hosts ({p['addresses']})"
-    for name in ("store_port", "listen_port"):
-        if not 1 <= p[name] <= 65535:
-            return f"{host}: {name}={p[name]} is not a TCP port (1..65535)"
-    if p["store_port"] == p["listen_port"]:
-        return f"{host}: store_port and listen_port are both {p['store_port']}"
-    bad_ports = [x for x in p["ports"] if not 1 <= x <= 65535]
-    if bad_ports:
-        return f"{host}: ports {bad_ports} are not TCP ports (1..65535)"
-    rng = p["ephemeral_range"]
-    if rng is not None and (len(rng) != 2 or not 1 <= rng[0] <= rng[1] <= 65535):
-        return f"{host}: ephemeral_range={rng}: want [low, high] within 1..65535"
-    if p["mtu"] is not None and not 576 <= p["mtu"] <= 65535:
-        return f"{host}: mtu={p['mtu']} is outside 576..65535"
-    for name, low in (("latency_samples", 1), ("ephemeral_sample", 0), ("matchings", 0), ("repair", 0)):
-        if p[name] < low:
-            return f"{host}: {name}={p[name]} must be >= {low}"
-    if p["slow_z"] >= 0 or not 0 < p["slow_ratio"] <= 1:
-        return f"{host}: slow_z={p['slow_z']} must be < 0 and slow_ratio={p['slow_ratio']} in (0, 1]"
-    if p["join_timeout"] >= p["timeout"]:
-        return f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
-    least = min_deadline(p["join_timeout"], p["connect_timeout"], p["step_timeout"], p["bandwidth_seconds"], p["mtu"])
-    if p["timeout"] < least:
-        return (f"{host}: timeout={p['timeout']} is below {math.ceil(least)} s, the join ({p['join_timeout']} s) "
-                f"plus one round's deadline and {ROUND_CLOSE_SLACK_S} s: a node lost mid-run would get every "
-                "node's probe killed instead of being named")
-    return None
-
-
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-        rank=dict(type="int", required=True),
-        hosts=dict(type="list", elements="str", required=True),
-        addresses=dict(type="list", elements="str", required=True),
-        store_port=dict(type="int", default=29520),
-        listen_port=dict(type="int", default=29521),
-        token=dict(type="str", required=True, no_log=True),
-        ports=dict(type="list", elements="int", default=[]),
-        ephemeral_range=dict(type="list", elements="int"),
-        ephemeral_sample=dict(type="int", default=4),
-        mtu=dict(type="int"),
-        latency_samples=dict(type="int", default=100),
-        bandwidth_seconds=dict(type="float", default=0.25),
-        matchings=dict(type="int", default=2),
-        every_pair=dict(type="bool", default=False),
-        repair=dict(type="int", default=2),
-        seed=dict(type="str", default=""),
-        max_latency_us=dict(type="float"),
-        slow_z=dict(type="float", default=-3.5),
-        slow_ratio=dict(type="float", default=0.5),
-        min_gbps=dict(type="float"),
-        join_timeout=dict(type="int", default=30),
-        step_timeout=dict(type="float", default=2),
-        connect_timeout=dict(type="float", default=1),
-        timeout=dict(type="int", default=120),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    if not 0 <= p["rank"] < len(p["hosts"]):
-        module.fail_json(msg=f"rank={p['rank']} is outside 0..{len(p['hosts']) - 1} (hosts={p['hosts']})")
-    host = p["hosts"][p["rank"]]
-    problem = bad_input(p, host)
+    module = AnsibleModule(argument_spec=dict(**netprobe.ARGUMENT_SPEC), supports_check_mode=True)
+    problem = netprobe.bad_input(module.params)
     if problem:
         module.fail_json(msg=problem)
-    base = {"host": host, "hosts": p["hosts"], "links": [], "missing_hosts": [], "gone_hosts": []}
-    if not HAS_TORCH:
-        # A measurement result, not a task error: the other hosts report this one missing.
-        module.exit_json(changed=False, net=dict(base, status="FAIL", stage="start", error=(
-            missing_required_lib("torch")
-            + f" (interpreter {sys.executable}; run site.yml so torch_runtime installs it)")))
-    if p["ephemeral_range"] is None and p["ephemeral_sample"]:
-        try:
-            with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
-                p["ephemeral_range"] = [int(x) for x in fh.read().split()[:2]]
-        except (OSError, ValueError):
-            p["ephemeral_range"] = None
-    kwargs = {k: p[k] for k in ("rank", "hosts", "addresses", "store_port", "listen_port", "token", "ports",
-                                "ephemeral_range", "ephemeral_sample", "mtu", "latency_samples", "bandwidth_seconds",
-                                "matchings", "every_pair", "repair", "seed", "join_timeout", "step_timeout",
-                                "connect_timeout")}
-    kwargs["limits"] = {k: p[k] for k in ("max_latency_us", "slow_z", "slow_ratio", "min_gbps")}
-    run = run_with_deadline(run_node, kwargs, timeout_s=p["timeout"])
-    net = dict(base, elapsed_s=run["elapsed_s"], error=None)
-    net.update(outcome_fields(run, p["timeout"]))
-    module.exit_json(changed=False, net=net)
+    # Without torch: a measurement result, not a task error (the other hosts report this one missing).
+    torch_error = None if HAS_TORCH else (missing_required_lib("torch") + f" (interpreter {sys.executable}; "
+                                          "run site.yml so torch_runtime installs it)")
+    module.exit_json(changed=False, net=netprobe.probe(module.params, torch_error))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,12 @@ options:
     default: []
     description: "More arguments for O(script), e.g. [--sync-every-micro-batch, --powersgd-rank, '4']
       (bench/train_savings.py uses them)."
+  counters:
+    type: list
+    elements: str
+    description: "When set, the port error counters are read once the job is over (module port_counters:
+      every RDMA port and these netdevs, the data-plane interface), returned in RV(counters): validate.yml's
+      last reading of them, in the job that runs last, not a module run of its own. Unset, none are read."
 author: ncclprep contributors
 """
 
@@ -70,6 +76,10 @@ smoke:
     error: {type: str, description: Why it failed or hung.}
     log_tail: {type: list, description: Last lines the job printed.}
     elapsed_s: {type: float, description: Seconds the job took.}
+counters:
+  description: With O(counters), the port error counters once the job is over (library/port_counters.py RETURN).
+  returned: when O(counters) is set
+  type: dict
 """
 
 import os
@@ -81,6 +91,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep import ddp_smoke
+from ansible.module_utils.ncclprep.portstate import read_counters
 
 
 def main() -> None:
@@ -96,22 +107,28 @@ def main() -> None:
             check=dict(type="bool", default=True),
             nonce=dict(type="str", no_log=True),
             job_args=dict(type="list", elements="str", default=[]),
+            counters=dict(type="list", elements="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     host = os.uname().nodename
+
+    def done(smoke: dict) -> None:
+        extra = {} if p["counters"] is None else {"counters": read_counters("/sys", p["counters"])}
+        module.exit_json(changed=False, smoke=smoke, **extra)
+
     missing = [f"{key}={p[key]} is not {what}" for key, mode, what in
                (("launcher", os.X_OK, "an executable file"), ("script", os.R_OK, "a readable file"))
                if not os.access(p[key], mode)]
     if missing:
-        module.exit_json(changed=False, smoke={
+        done({
             "status": "FAIL", "rc": None, "workers": [], "elapsed_s": 0, "log_tail": [], "host": host,
             "error": f"{' and '.join(missing)}; run site.yml (role nccl_env)"})
     if p["steps"] < 1 or p["accumulation"] < 1:
         module.fail_json(msg=f"{host}: steps={p['steps']} and accumulation={p['accumulation']} must be >= 1")
     if module.check_mode:
-        module.exit_json(changed=False, smoke={"status": "SKIP", "workers": []})
+        done({"status": "SKIP", "workers": []})
 
     workdir = tempfile.mkdtemp(prefix="ncclprep-smoke-")
     env = dict(os.environ, NCCLPREP_RDZV_ID=p["rdzv_id"], PYTHONUNBUFFERED="1")
@@ -135,7 +152,7 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     elapsed = round(time.monotonic() - start, 3)
     smoke = ddp_smoke.read_result(output, None if hung else proc.returncode, p["timeout"], elapsed, host)
-    module.exit_json(changed=False, smoke=smoke)
+    done(smoke)
 
 
 if __name__ == "__main__":

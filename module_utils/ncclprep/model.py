@@ -81,16 +81,26 @@ class HostRecord(TypedDict):
     smoke: dict | None
 
 
-#: Where the preflight role registers each module result: record key -> (variable, key in it).
+#: Where the preflight role registers each module result: record key -> the (variable, key in it)
+#: places to look, the first one holding the key wins.
 RESULT_VARS = {
-    "ssh": ("__preflight_ssh", "results"),
-    "counters": ("__preflight_counters", "counters"),
-    "drift": ("__preflight_drift", "files"),
-    "net": ("__preflight_net", "net"),
-    "probe": ("__preflight_probe", "probe"),
-    "blame": ("__preflight_blame", "blame"),
-    "smoke": ("__preflight_smoke", "smoke"),
+    "ssh": (("__preflight_ssh", "results"),),
+    # the smoke job reads them once it is over; port_counters where no smoke job ran
+    "counters": (("__preflight_smoke", "counters"), ("__preflight_counters", "counters")),
+    "drift": (("__preflight_drift", "files"),),
+    "net": (("__preflight_probe", "net"),),  # one job: the network probe, then the collectives
+    "probe": (("__preflight_probe", "probe"),),
+    "blame": (("__preflight_blame", "blame"),),
+    "smoke": (("__preflight_smoke", "smoke"),),
 }
+
+
+def _result(hostvars: Mapping[str, Any], places: tuple) -> Any:
+    for var, field in places:
+        value = (hostvars.get(var) or {}).get(field)
+        if value is not None:
+            return value
+    return None
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterab
             raise TypeError(f"concern name {name!r} is not a non-empty string")
         intent[name] = hostvars.get(f"{name}_intent")
     facts = (hostvars.get("ansible_facts") or {}).get("ncclprep")
-    results = {key: ((hostvars.get(var) or {}).get(field)) for key, (var, field) in RESULT_VARS.items()}
+    results = {key: _result(hostvars, places) for key, places in RESULT_VARS.items()}
     return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"],
                       counters=results["counters"], drift=results["drift"], net=results["net"],
                       probe=results["probe"], blame=results["blame"], smoke=results["smoke"])

@@ -72,9 +72,9 @@ def test_record_keys_intent_by_concern_and_reads_the_registered_results():
           "sysctl_tuning_intent": {"net.core.somaxconn": 65535},
           "torch_runtime_intent": {"version": "2.13.0", "python": "/opt/ncclprep/venv/bin/python"},
           "__preflight_ssh": {"changed": False, "results": [{"host": "n2", "name": "n2", "ok": True}]},
-          "__preflight_net": {"changed": False, "net": {"status": "PASS", "links": []}},
           "__preflight_drift": {"changed": False, "files": []},
-          "__preflight_probe": {"changed": True, "probe": {"status": "PASS"}},
+          # one job: the network probe's result beside the collectives'
+          "__preflight_probe": {"changed": False, "net": {"status": "PASS", "links": []}, "probe": {"status": "PASS"}},
           "__preflight_smoke": {"changed": False, "skipped": True},
           "__preflight_counters": {"changed": False, "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}
     rec = build_record(hv, True, CONCERNS)
@@ -96,6 +96,19 @@ def test_host_without_anything_is_a_full_record_of_nones():
     assert_is_host_record("n2", rec)
     assert rec == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None,
                    "counters": None, "drift": None, "net": None, "probe": None, "blame": None, "smoke": None}
+
+
+def test_the_counters_come_from_the_smoke_job_where_it_read_them_else_from_port_counters():
+    """Issue 24: the smoke job, which runs last, reads the port counters once it is over (no module run
+    of their own); where no smoke job ran, the port_counters task's reading is the record's."""
+    after_job = {"rdma": {}, "net": {"eth1": {"rx_errors": 5}}}
+    own = {"rdma": {}, "net": {"eth1": {"rx_errors": 1}}}
+    hv = {"__preflight_smoke": {"smoke": {"status": "PASS"}, "counters": after_job},
+          "__preflight_counters": {"changed": False, "skipped": True}}
+    assert build_record(hv, True, CONCERNS)["counters"] == after_job
+    hv = {"__preflight_smoke": {"changed": False, "skipped": True}, "__preflight_counters": {"counters": own}}
+    assert build_record(hv, True, CONCERNS)["counters"] == own
+    assert build_record({}, True, CONCERNS)["counters"] is None
 
 
 def test_filter_covers_every_host_and_marks_the_dropped_ones():
@@ -174,8 +187,7 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
              "nic_mtu_intent": {"interface": "lo", "mtu": 65536},
              "nccl_env_intent": {"NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"},
              "__preflight_ssh": {"changed": False, "results": []},
-             "__preflight_net": {"changed": False, "net": NET},
-             "__preflight_probe": {"changed": True, "probe": PROBE},
+             "__preflight_probe": {"changed": False, "net": NET, "probe": PROBE},
              "__preflight_smoke": {"changed": False, "skipped": True},
              "__preflight_counters": {"changed": False,
                                       "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}},
