@@ -255,3 +255,31 @@ def test_every_role_variable_facts_and_intent_read_has_a_default(concern):
         for task in _tasks(load(path)):
             used -= set((task.get("ansible.builtin.set_fact") or {}).keys())
         assert sorted(used - defaults) == [], f"{path}: no default in {concern['name']}/defaults/main.yml"
+
+
+def test_the_intent_lookup_computes_several_concerns_in_order_each_seeing_the_ones_before():
+    """validate.yml computes every intent of a node in one task (roles/preflight/tasks/concerns.yml):
+    ``query('ncclprep_intent', 'sysctl_tuning', 'rps_rfs')`` gives both intents, rps_rfs's flow count
+    split from the rps_sock_flow_entries of the sysctl_tuning intent computed in the same call (no
+    sysctl_tuning_intent among the variables), and the same intents one concern at a time."""
+    from ansible.errors import AnsibleLookupError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from conftest import load_source
+
+    lookup = load_source("ncclprep_intent_lookup", "lookup_plugins/ncclprep_intent.py").LookupModule(
+        loader=DataLoader(), templar=Templar(loader=DataLoader()))
+    facts = {"rps_rfs": {"interface": "eth0", "queues": {"rx-0": {}, "rx-1": {}}, "local_cpus": "0-3",
+                         "online_cpus": "0-7", "possible_cpus": "0-7"}}
+    variables = {"inventory_hostname": "node9", "ansible_facts": {"ncclprep": facts},
+                 "sysctl_tuning_settings": {"net.core.rps_sock_flow_entries": 8192, "net.core.somaxconn": 4096},
+                 "sysctl_tuning_overrides": {}, "rps_rfs_cpus": None, "rps_rfs_flow_cnt": None}
+    sysctl, rps = lookup.run(["sysctl_tuning", "rps_rfs"], variables)
+    assert sysctl["net.core.rps_sock_flow_entries"] == 8192
+    assert rps == {"interface": "eth0", "queues": ["rx-0", "rx-1"], "cpus": "0-3", "mask": "0f", "flow_cnt": 4096}
+    assert lookup.run(["rps_rfs"], dict(variables, sysctl_tuning_intent=sysctl)) == [rps]
+    # without it, rps_rfs alone takes the kernel's table: the intents above did feed one another
+    assert lookup.run(["rps_rfs"], variables)[0]["flow_cnt"] == 32768 // 2
+    with pytest.raises(AnsibleLookupError, match=r"node9: ncclprep_intent takes concerns with an intent, got "
+                                                 r"\['rps_rfs', 'nope'\] \(\['nope'\] not among them\)"):
+        lookup.run(["rps_rfs", "nope"], variables)
