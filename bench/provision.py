@@ -11,7 +11,8 @@ report changed=0 on every host (site.yml is idempotent); a change fails the benc
 With ``--no-cluster`` there is no first run: the cluster is taken as provisioned. With
 ``--against REV`` every re-run alternates with a re-run of revision REV's site.yml and roles (a
 git worktree, removed at the end) on the same cluster, and the ratio is printed: a change to the
-roles measured side by side.
+roles measured side by side. Both sides' re-runs then skip the node check's install (tag
+node_check): each tree's node-side core differs, and installing it would change every node.
 
 Prints each run's wall time, changed count, the controller's CPU seconds and the nodes' (the local
 cluster's containers, from their cgroups); the medians and the ratio
@@ -66,9 +67,13 @@ def measure(args: argparse.Namespace, other: str | None) -> int:
     if not args.no_cluster:
         benchlib.cluster("up", args.nodes)
     plan = ([] if args.no_cluster else ["first"]) + (["re-run REV", "re-run"] if other else ["re-run"]) * args.reruns
+    # Side by side, each tree's re-run would install its own node-side core over the other's (a change
+    # every run): both leave the node check out (site.yml's tag node_check).
+    extra = ["--skip-tags", "node_check"] if other else []
     for i, kind in enumerate(plan):
         root = other if kind == "re-run REV" else benchlib.REPO
-        run = benchlib.playbook("site", args.inventory, timeout=args.timeout, root=root)
+        run = benchlib.playbook("site", args.inventory, extra if kind != "first" else [], timeout=args.timeout,
+                                root=root)
         run.save(args.save, f"site-{i + 1}-{kind}")
         stats = benchlib.recap(run)
         changed = sum(h.get("changed", 0) for h in stats.values())

@@ -125,3 +125,39 @@ def test_host_work_counts_loop_items_and_retries_and_leaves_out_the_controller()
         {"hosts": {"n1": {"action": "cluster_report", "_ansible_delegated_vars": {"ansible_host": "localhost"}}}},
     ]}]}
     assert benchlib.host_work(doc) == {"n1": {"tasks": 3, "module_runs": 1}, "n2": {"tasks": 8, "module_runs": 8}}
+
+
+def test_provision_against_a_revision_leaves_the_node_check_out_of_both_sides(monkeypatch):
+    """bench/provision.py --against: each tree's re-run installed its own node-side core over the
+    other's, a change on every node, and the benchmark stopped at the first re-run (seen at stop 37
+    against 5265dae). Both sides' re-runs skip the tag node_check; the first run does not."""
+    import argparse
+
+    class Done:
+        rc, wall_s, cpu_s, nodes_cpu_s, stdout, stderr = 0, 1.0, 1.0, 1.0, "", ""
+
+        def save(self, *_):
+            return None
+
+        def json(self):
+            return {"plays": []}
+
+    calls = []
+
+    def playbook(name, inventory, extra=(), timeout=1200, json_out=True, root=REPO):
+        calls.append((root, list(extra)))
+        return Done()
+
+    monkeypatch.setattr(provision.benchlib, "playbook", playbook)
+    monkeypatch.setattr(provision.benchlib, "cluster", lambda *a: None)
+    monkeypatch.setattr(provision.benchlib, "recap", lambda run: {"node1": {"changed": 0}})
+    monkeypatch.setattr(provision.benchlib, "stage_times", lambda run, of: ({}, []))
+    args = argparse.Namespace(no_cluster=False, nodes=2, reruns=1, inventory="inventory/local", timeout=60,
+                              save=None, against="abc123", target_s=20.0, strict=False)
+    assert provision.measure(args, "/tmp/other") == 0
+    assert calls == [(provision.benchlib.REPO, []), ("/tmp/other", ["--skip-tags", "node_check"]),
+                     (provision.benchlib.REPO, ["--skip-tags", "node_check"])]
+    calls.clear()
+    assert provision.measure(argparse.Namespace(**dict(vars(args), against=None)), None) == 0
+    assert [extra for _, extra in calls] == [[], []]
+
