@@ -40,7 +40,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
 from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
 from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error, normalize  # noqa: E402
-from ansible.module_utils.ncclprep.concerns.sysctl_tuning import parse_trial, proc_path  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import keys_to_set, parse_trial, proc_path  # noqa: E402
 # isort: on
 
 
@@ -102,6 +102,18 @@ def sysctl_value(value: object, key: str = "?", host: str = "?") -> str:
         return normalize(value)
     except TypeError as exc:
         raise AnsibleFilterError(f"{host}: sysctl {key}: {exc}") from None
+
+
+def sysctl_to_set(keys: list, intent: dict, trial=None, host: str = "?") -> list[str]:
+    """sysctl_tuning.keys_to_set: the keys of ``keys`` whose live value differs from ``intent``'s,
+    the live values read from ``trial`` (the stdout of sysctl_trial.sh, read before any change);
+    every key of ``keys`` when there is no trial output (None: the check did not run)."""
+    if trial is None:
+        return list(keys)
+    try:
+        return keys_to_set(list(keys), intent, parse_trial(trial)[0])
+    except TypeError as exc:
+        raise AnsibleFilterError(f"{host}: sysctl: {exc}") from None
 
 
 def sysctl_errors(settings: dict, available_congestion_control=None, host: str = "?", known=None,
@@ -394,6 +406,7 @@ class FilterModule:
             "ncclprep_irqs_to_pin": irqs_to_pin,
             "ncclprep_sysctl_value": sysctl_value,
             "ncclprep_sysctl_errors": sysctl_errors,
+            "ncclprep_sysctl_to_set": sysctl_to_set,
             "ncclprep_nccl_env_check": nccl_env_check,
             "ncclprep_nccl_env_resolve": nccl_env_resolve,
             "ncclprep_cpulist_to_mask": cpulist_to_mask,

@@ -7,13 +7,18 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: managed_files
-short_description: Compare the files site.yml manages with what it would write now
+short_description: Write the files a role manages, or compare them with what it would write now
 description:
-  - Read-only. Every entry of O(files) carries what the controller rendered from the role's own
-    C(<role>_managed_files) list and this inventory (validate.yml renders it with the template and
-    file lookups); this module reads the node's file and reports whether it matches, with a
-    unified diff when it does not (a hand edit after provisioning, or an inventory change not
-    applied yet).
+  - Every entry of O(files) carries what the controller rendered from the role's own
+    C(<role>_managed_files) list and this inventory (the C(ncclprep_managed_files) lookup).
+  - "O(state=check) (validate.yml's drift check) is read-only: it reads the node's file and reports
+    whether it matches, with a unified diff when it does not (a hand edit after provisioning, or an
+    inventory change not applied yet)."
+  - "O(state=present) (each role, in site.yml) writes every whole file (kinds C(file) and C(copy))
+    that differs, atomically (a temp file in the same folder, then a rename), owned by root with the
+    entry's mode, making a missing parent folder (0755, root); it leaves a file that matches
+    untouched. One module run for all of a role's files, where a template or copy task per file
+    ran two modules each. Check mode reports what would change; C(--diff) shows it."
   - "Kinds: C(file) and C(copy), the whole file byte for byte; C(block), only the lines between
     the markers ansible.builtin.blockinfile writes (the rest of the file is other people's);
     C(lines), lines that must be in the file (lineinfile, known_hosts): lines other people added
@@ -31,6 +36,12 @@ options:
         (blockinfile's, with {mark} for BEGIN and END), the lines that must be there (lines), the
         expected octal mode (null: not compared)."
   max_diff_lines: {type: int, default: 40, description: Lines of unified diff kept per file.}
+  state:
+    type: str
+    choices: [check, present]
+    default: check
+    description:
+      - check, compare only; present, write the whole files that differ (kinds file and copy only).
 author: ncclprep contributors
 """
 
@@ -50,6 +61,13 @@ EXAMPLES = r"""
          lines: ["node1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI...", "node2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI..."]}
 """
 
+EXAMPLES += r"""
+- name: Ensure the NCCL files hold the settings
+  managed_files:
+    state: present
+    files: "{{ query('ncclprep_managed_files', 'nccl_env', write=true) }}"
+"""
+
 RETURN = r"""
 files:
   description:
@@ -60,12 +78,26 @@ files:
     - "absent: the file is there but the block's markers are not; missing: no such file."
   returned: always
   type: list
+changed_paths:
+  description: The files O(state=present) wrote or whose mode or owner it set (would, in check mode).
+  returned: always
+  type: list
 """
 
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.drift import check
+from ansible.module_utils.ncclprep.drift import check, ensure
+
+
+def _shown(row: dict) -> str:
+    """What --diff prints for a file state=present changed: its diff, or what else was set."""
+    if row["diff"]:
+        return "\n".join(row["diff"]) + "\n"
+    if row["state"] == "missing":
+        return f"{row['path']}: missing, written whole\n"
+    return (f"{row['path']}: mode {row['mode_found']} -> {row['mode_expected']}, "
+            f"owner {row['owner_found']} -> 0:0 (root)\n")
 
 
 def main() -> None:
@@ -73,20 +105,30 @@ def main() -> None:
         argument_spec=dict(
             files=dict(type="list", elements="dict", required=True),
             max_diff_lines=dict(type="int", default=40),
+            state=dict(type="str", choices=["check", "present"], default="check"),
         ),
         supports_check_mode=True,
     )
+    write = module.params["state"] == "present"
     rows = []
     for i, entry in enumerate(module.params["files"]):
         missing = [k for k in ("concern", "path") if k not in entry]
         if missing:
             module.fail_json(msg=f"{socket.gethostname()}: files[{i}] lacks {missing}: {sorted(entry)}")
         try:
-            result = check(entry, module.params["max_diff_lines"])
-        except ValueError as exc:
-            module.fail_json(msg=f"{socket.gethostname()}: files[{i}] ({entry.get('concern')}): {exc}")
+            if write:
+                result = ensure(entry, module.check_mode, module.params["max_diff_lines"])
+            else:
+                result = check(entry, module.params["max_diff_lines"])
+        except (ValueError, OSError) as exc:
+            module.fail_json(msg=f"{socket.gethostname()}: files[{i}] ({entry.get('concern')}): {exc}",
+                             files=rows)
         rows.append(dict(result, concern=entry["concern"]))
-    module.exit_json(changed=False, files=rows)
+    changed = [r for r in rows if r.get("changed")]
+    out = dict(changed=bool(changed), files=rows, changed_paths=[r["path"] for r in changed])
+    if module._diff and changed:
+        out["diff"] = [{"prepared": _shown(r)} for r in changed]
+    module.exit_json(**out)
 
 
 if __name__ == "__main__":

@@ -183,7 +183,6 @@ probe:
 import glob
 import os
 import shutil
-import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -193,6 +192,7 @@ from ansible.module_utils.ncclprep.envfile import read_env_file
 from ansible.module_utils.ncclprep.netprobe import ARGUMENT_SPEC as NET_SPEC
 from ansible.module_utils.ncclprep.netprobe import bad_input as net_bad_input
 from ansible.module_utils.ncclprep.netprobe import probe as net_probe
+from ansible.module_utils.ncclprep.netprobe import torch_missing as net_torch_missing
 
 try:
     import torch
@@ -275,8 +275,7 @@ def main() -> None:
         except (OSError, ValueError) as exc:
             module.fail_json(msg=f"{host}: env_file {p['env_file']}: {exc}")
     out = {}
-    torch_error = None if HAS_TORCH else (missing_required_lib("torch") + f" (interpreter {sys.executable}; "
-                                          "run site.yml so torch_runtime installs it)")
+    torch_error = None if HAS_TORCH else net_torch_missing(missing_required_lib("torch"))
     if p["net"]:
         out["net"] = net_probe(p["net"], torch_error)
     elif p["wait_for_net"]:

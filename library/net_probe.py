@@ -116,7 +116,6 @@ net:
     elapsed_s: {type: float, description: Seconds the probe took.}
 """
 
-import sys
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.ncclprep import netprobe
@@ -135,8 +134,7 @@ def main() -> None:
     if problem:
         module.fail_json(msg=problem)
     # Without torch: a measurement result, not a task error (the other hosts report this one missing).
-    torch_error = None if HAS_TORCH else (missing_required_lib("torch") + f" (interpreter {sys.executable}; "
-                                          "run site.yml so torch_runtime installs it)")
+    torch_error = None if HAS_TORCH else netprobe.torch_missing(missing_required_lib("torch"))
     module.exit_json(changed=False, net=netprobe.probe(module.params, torch_error))
 
 

@@ -24,6 +24,8 @@ import os
 import re
 import stat
 
+from ansible.module_utils.ncclprep.atomic import write_atomic
+
 STATES = ("ok", "differs", "absent", "missing", "mode", "unreadable")
 KINDS = ("file", "copy", "block", "lines")
 # Fields of a normalised manifest entry (managed_entries); absent ones are None.
@@ -238,6 +240,43 @@ def check(entry: dict, max_lines: int = 40) -> dict:
     else:
         raise ValueError(f"{path}: kind={kind!r}; valid: {', '.join(KINDS)}")
     return dict(row, kind=kind)
+
+
+def ensure(entry: dict, check_mode: bool = False, max_lines: int = 40) -> dict:
+    """Make a whole managed file (kinds file, copy) what ``entry`` says; site.yml's side of ``check``.
+
+    ``entry`` as ``check`` takes it, with ``mode`` required (octal text, ``"0644"``). A file that
+    differs or is missing is written whole and atomically (atomic.write_atomic: a temp file in the
+    same folder, then a rename) with that mode, owned by root (uid and gid 0); a missing parent
+    folder is made first (0755; an existing folder is left as it is); a file whose text is right
+    gets its mode and owner set where they are not. ``check_mode``: nothing is touched, the row
+    says what would be. Returns ``check``'s row (as it was before) with ``changed`` (bool) and
+    ``owner_found`` (``"uid:gid"`` or None). Raises ValueError for another kind or no mode, and
+    OSError when the file cannot be read or written.
+    """
+    kind = entry.get("kind") or "file"
+    if kind not in ("file", "copy") or entry.get("mode") is None:
+        raise ValueError(f"{entry.get('path')}: only whole files (kinds file, copy) with a mode are written; "
+                         f"got kind {kind!r}, mode {entry.get('mode')!r}")
+    row = check(entry, max_lines)
+    if row["state"] == "unreadable":
+        raise OSError(f"{row['path']}: {row.get('error')}")
+    path, mode = row["path"], int(str(entry["mode"]), 8)
+    owner = None
+    if row["state"] in ("ok", "mode"):
+        st = os.stat(path)
+        owner = f"{st.st_uid}:{st.st_gid}"
+    changed = row["state"] != "ok" or owner != "0:0"
+    if changed and not check_mode:
+        if row["state"] in ("differs", "missing"):
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                os.makedirs(folder, 0o755)
+            write_atomic(path, str(entry["content"]), mode)
+        else:
+            os.chmod(path, mode)
+        os.chown(path, 0, 0)
+    return dict(row, changed=changed, owner_found=owner)
 
 
 def _changed(diff: list[str]) -> str:

@@ -40,6 +40,7 @@ import random
 import socket
 import statistics
 import struct
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -741,6 +742,13 @@ ARGUMENT_SPEC = dict(
     connect_timeout=dict(type="float", default=1),
     timeout=dict(type="int", default=120),
 )
+
+
+def torch_missing(error: str) -> str:
+    """The error a probe reports when this interpreter cannot import torch: ``error`` (Ansible's
+    missing_required_lib text) with the interpreter and the fix. The probes return it as their
+    result, not as a task error: the other hosts report this one missing."""
+    return f"{error} (interpreter {sys.executable}; run site.yml so torch_runtime installs it)"
 
 
 def bad_input(p: dict) -> str | None:

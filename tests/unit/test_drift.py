@@ -23,6 +23,7 @@ from ansible.module_utils.ncclprep.drift import (
     compare,
     compare_block,
     compare_lines,
+    ensure,
     managed_entries,
     summary,
 )
@@ -218,6 +219,54 @@ def test_check_takes_each_kind_and_refuses_an_entry_without_its_field(tmp_path):
         check({"path": str(hosts), "kind": "link"})
 
 
+# --- site.yml's side: library/managed_files.py state present ---
+
+def test_ensure_writes_a_missing_file_and_its_folder_then_leaves_it_alone(tmp_path):
+    dest = tmp_path / "etc" / "ncclprep" / "nccl.conf"
+    entry = {"path": str(dest), "content": CONF, "mode": "0640"}
+    first = ensure(entry)
+    assert (first["state"], first["changed"], first["owner_found"]) == ("missing", True, None)
+    assert dest.read_text() == CONF and f"{dest.stat().st_mode & 0o7777:04o}" == "0640"
+    assert (dest.stat().st_uid, dest.stat().st_gid) == (0, 0)
+    assert f"{dest.parent.stat().st_mode & 0o7777:04o}" == "0755"
+    mtime = dest.stat().st_mtime_ns
+    again = ensure(entry)
+    assert (again["state"], again["changed"], again["owner_found"]) == ("ok", False, "0:0")
+    assert dest.stat().st_mtime_ns == mtime  # not rewritten
+    assert not [p.name for p in dest.parent.iterdir() if p.name != "nccl.conf"]  # no temp file left
+
+
+def test_ensure_rewrites_a_hand_edit_and_sets_a_wrong_mode_or_owner_without_touching_the_text(tmp_path):
+    dest = tmp_path / "nccl.conf"
+    entry = {"path": str(dest), "kind": "copy", "content": CONF, "mode": "0644"}
+    dest.write_text(CONF.replace("WARN", "TRACE"))
+    out = ensure(entry)
+    assert out["state"] == "differs" and out["changed"] and "-NCCL_DEBUG=WARN" in out["diff"]
+    assert dest.read_text() == CONF
+    dest.chmod(0o666)
+    os.chown(dest, 1234, 1234)
+    inode = dest.stat().st_ino
+    out = ensure(entry)
+    assert (out["state"], out["changed"], out["owner_found"]) == ("mode", True, "1234:1234")
+    st = dest.stat()
+    assert (st.st_ino, st.st_mode & 0o7777, st.st_uid, st.st_gid) == (inode, 0o644, 0, 0)
+    os.chown(dest, 0, 1234)
+    assert ensure(entry)["changed"] and dest.stat().st_gid == 0
+
+
+def test_ensure_in_check_mode_touches_nothing_and_refuses_what_it_does_not_write_whole(tmp_path):
+    dest = tmp_path / "missing" / "nccl.conf"
+    out = ensure({"path": str(dest), "content": CONF, "mode": "0644"}, check_mode=True)
+    assert out["changed"] and out["state"] == "missing" and not dest.parent.exists()
+    hosts = tmp_path / "hosts"
+    hosts.write_text(HOSTS)
+    with pytest.raises(ValueError, match="only whole files .* got kind 'block'"):
+        ensure({"path": str(hosts), "kind": "block", "content": BLOCK, "marker": MARKER, "mode": "0644"})
+    with pytest.raises(ValueError, match="mode None"):
+        ensure({"path": str(hosts), "content": HOSTS, "mode": None})
+    assert hosts.read_text() == HOSTS
+
+
 # --- the manifests: which entries apply on a host, and what a role's task loops over ---
 
 UNIT = {"src": "boot-unit.service.j2", "role": "boot_unit", "vars": {"boot_unit_name": "x.service"},
@@ -337,21 +386,29 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
         # the node check (`ncclprep node check`): a tool and the intent it judges by, not configuration a job
         # reads; every full site.yml run writes them (tests/integration holds its rows to validate.yml's)
         ("preflight", "Install the node-side core"),
-        ("preflight", "Install the ncclprep command"),
-        ("preflight", "Write this node's intent"),
+        ("preflight", "Install the ncclprep command and this node's intent"),
     }
     writers = ("ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.blockinfile",
-               "ansible.builtin.lineinfile", "ansible.builtin.known_hosts")
+               "ansible.builtin.lineinfile", "ansible.builtin.known_hosts", "managed_files")  # not its state check
     found = set()
     for path in sorted(glob.glob(os.path.join(REPO, "roles", "*", "tasks", "*.yml"))):
         role = path.split(os.sep)[-3]
         for task in _tasks(_load(path)):
-            if not any(w in task for w in writers):
+            if not any(w in task for w in writers) or (task.get("managed_files") or {}).get("state") == "check":
                 continue
             if re.search(rf"{role}_managed_files \| ncclprep_managed\('(\w+)'\)", str(task.get("loop", ""))):
                 continue
+            if WRITE.format(role=role) == str((task.get("managed_files") or {}).get("files")):
+                continue
             found.add((role, task["name"]))
     assert found == unlisted
+
+
+#: How a role writes its whole files (kinds file and copy): one managed_files task (state present).
+WRITE = "{{{{ query('ncclprep_managed_files', '{role}', write=true) }}}}"
+#: The roles that write them with a template task instead, for its `validate` (the file is checked by
+#: the tool that reads it before it replaces the old one): netplan's drop-in, the nftables table.
+VALIDATED = {"nic_mtu": "__nic_mtu_netplan_validate", "firewall": "nft -c -f %s"}
 
 
 @pytest.mark.parametrize("role", sorted(manifests()))
@@ -371,9 +428,17 @@ def test_every_manifest_entry_names_what_exists_and_the_role_loops_over_its_own_
             assert "{mark}" in e["marker"], (role, e)
         if "when" in e:
             assert re.fullmatch(r"\{\{ .+ \}\}", e["when"]), (role, e)
-        if not e.get("role"):
-            # one spelling: the role writes its own entries of this kind by looping over the same list
+        if e.get("role"):
+            continue
+        if kind in ("file", "copy") and role not in VALIDATED:
+            # one spelling: every whole file of the role in one managed_files run over the same list
+            assert f"files: \"{WRITE.format(role=role)}\"" in tasks, (role, kind)
+            assert f"{role}_managed_files | ncclprep_managed('{kind}')" not in tasks, role
+        else:
+            # blocks and lines, and the files a validate guards: a loop over the same list
             assert f"{role}_managed_files | ncclprep_managed('{kind}')" in tasks, (role, kind)
+            if kind == "file":
+                assert VALIDATED[role] in tasks, role
 
 
 @pytest.mark.parametrize("role", ["rps_rfs", "numa_pinning", "roce_qos"])
@@ -389,7 +454,8 @@ def test_a_boot_unit_entry_renders_boot_units_template_with_the_vars_its_role_im
     assert imported[0]["vars"] == {k: f"{{{{ {name}.{k} }}}}" for k in unit_vars}
     # where and how boot_unit writes it: its own default folder and mode
     boot_tasks = _load(os.path.join(REPO, "roles", "boot_unit", "tasks", "main.yml"))
-    assert boot_tasks[0]["ansible.builtin.template"]["mode"] == unit["mode"]
+    (written,) = boot_tasks[0]["managed_files"]["files"]
+    assert written["mode"] == unit["mode"] and f"'{unit['src']}'" in written["content"]
     systemd_dir = _load(os.path.join(REPO, "roles", "boot_unit", "defaults", "main.yml"))["boot_unit_systemd_dir"]
     unit_name = {"rps_rfs": "rps_rfs_unit", "numa_pinning": "numa_pinning_irq_unit", "roce_qos": "roce_qos_unit"}[role]
     assert unit["dest"] == f"{{{{ boot_unit_systemd_dir | default('{systemd_dir}') }}}}/{{{{ {unit_name} }}}}"

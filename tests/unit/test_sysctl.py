@@ -3,6 +3,7 @@ import os
 import pytest
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import (
     kernel_error,
+    keys_to_set,
     normalize,
     parse_sysctl_a,
     parse_trial,
@@ -159,3 +160,21 @@ def test_parse_trial_reads_a_pty_and_an_unavailable_namespace():
         "trial-unavailable\tunshare: unshare failed: Operation not permitted\r\n")
     assert live == {"net.core.somaxconn": "4096"} and trial == {}
     assert unavailable == "unshare: unshare failed: Operation not permitted"
+
+
+def test_only_keys_whose_live_value_differs_are_set_and_all_without_a_trial():
+    from filter_plugins.ncclprep import sysctl_to_set
+
+    intent = {"net.core.somaxconn": 4096, "net.ipv4.tcp_rmem": "4096  131072 268435456",
+              "net.core.rmem_max": 268435456, "vm.swappiness": 10}
+    trial = ("live\t/proc/sys/net/core/somaxconn\t4096\n"
+             "live\t/proc/sys/net/ipv4/tcp_rmem\t4096\t131072\t6291456\n"
+             "live\t/proc/sys/net/core/rmem_max\t268435456\n"
+             "trial\t/proc/sys/net/core/somaxconn\tok\t4096\n")
+    keys = ["vm.swappiness", "net.ipv4.tcp_rmem", "net.core.somaxconn", "net.core.rmem_max"]
+    # tcp_rmem's third field differs; vm.swappiness has no live value (only net.* keys are read)
+    assert keys_to_set(keys, intent, parse_trial(trial)[0]) == ["vm.swappiness", "net.ipv4.tcp_rmem"]
+    assert sysctl_to_set(keys, intent, trial) == ["vm.swappiness", "net.ipv4.tcp_rmem"]
+    assert sysctl_to_set(keys, intent, None) == keys
+    with pytest.raises(Exception, match="node1: sysctl: boolean True"):
+        sysctl_to_set(["net.core.somaxconn"], {"net.core.somaxconn": True}, trial, "node1")

@@ -256,6 +256,15 @@ def parse_trial(text: str) -> tuple[dict[str, str], dict[str, tuple[str, str | N
     return live, trial, unavailable
 
 
+def keys_to_set(keys: list[str], intent: dict, live: dict[str, str]) -> list[str]:
+    """The keys of ``keys`` (in their order) whose ``live`` value (parse_trial's, read before any
+    change) is not ``intent``'s, compared as the kernel prints them (``normalize``); a key with no
+    live value counts as differing. site.yml sets only these: a sysctl module run per key that
+    already holds its value changed nothing and cost 3 s of a 4-node re-run. Raises TypeError for
+    a boolean value (``normalize``)."""
+    return [k for k in keys if k not in live or live[k] != normalize(intent[k])]
+
+
 def kernel_error(key: str, value: object, live: str | None = None,
                  trial: tuple[str, str | None] | None = None) -> str | None:
     """Return why the kernel would refuse ``value`` for ``key`` or keep it otherwise, or None.
