@@ -539,7 +539,9 @@ def harness(tmp_path, provision: bool, **fact_args) -> dict:
     extra = dict(intents, **{k: str(v) for k, v in paths.items()}, fake_facts=facts(**fact_args), provision=provision,
                  concerns=CONCERNS, roles_dir=os.path.join(REPO, "roles"), rows_file=str(tmp_path / "rows.json"),
                  data_plane_cidr="127.0.0.0/8", ansible_python_interpreter=sys.executable,
-                 ncclprep_concerns=[c for c in concerns.rows() if c["name"] in CONCERNS])
+                 # torch_runtime: a concern with an intent and no manifest (its venv is no file of drift's)
+                 torch_runtime_intent={"version": "2.13.0"},
+                 ncclprep_concerns=[c for c in concerns.rows() if c["name"] in CONCERNS + ["torch_runtime"]])
     (tmp_path / "extra.json").write_text(json.dumps(extra))
     (tmp_path / "hosts.ini").write_text("[ncclprep_nodes]\nlocalhost ansible_connection=local\n")
     (tmp_path / "play.yml").write_text(PLAY)
