@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # Bring the local podman cluster up or down.
-#   scripts/local_cluster.sh up [N]     # N nodes (default 3), fresh every time
-#   scripts/local_cluster.sh grow N     # keep the running nodes, start the missing ones up to N
-#   scripts/local_cluster.sh down       # remove nodes and network; safe to repeat
+#   scripts/local_cluster.sh up [N] [--slurm]   # N nodes (default 3), fresh every time; --slurm:
+#                                               # slurmctld on node1, slurmd on every node
+#   scripts/local_cluster.sh grow N             # keep the running nodes, start the missing ones up
+#                                               # to N (into Slurm too, when it runs Slurm)
+#   scripts/local_cluster.sh down               # remove nodes and network; safe to repeat
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
-case "${1:-}" in
+usage() { echo "usage: $0 up [N] [--slurm] | grow N | down" >&2; exit 2; }
+action="${1:-}"
+[ $# -gt 0 ] && shift
+nodes="" slurm=false
+for arg in "$@"; do
+  case "$arg" in
+    --slurm) slurm=true ;;
+    *[!0-9]*|"") usage ;;
+    *) nodes="$arg" ;;
+  esac
+done
+case "$action" in
   up)   ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=present \
-          -e "local_cluster_nodes=${2:-3}" ;;
-  grow) ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=grow \
-          -e "local_cluster_nodes=${2:?usage: $0 grow N}" ;;
-  down) if [ -f .cluster/containers.conf ] || command -v podman >/dev/null; then
+          -e "local_cluster_nodes=${nodes:-3}" -e "local_cluster_slurm=$slurm" ;;
+  grow) [ -n "$nodes" ] && [ "$slurm" = false ] || usage
+        ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=grow -e "local_cluster_nodes=$nodes" ;;
+  down) [ -z "$nodes" ] && [ "$slurm" = false ] || usage
+        if [ -f .cluster/containers.conf ] || command -v podman >/dev/null; then
           ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=absent
         fi ;;
-  *) echo "usage: $0 up [N] | grow N | down" >&2; exit 2 ;;
+  *) usage ;;
 esac

@@ -1,6 +1,7 @@
 """The ``ncclprep`` command: the local cluster, provisioning, the preflight, its reports, the doctor.
 
-    ncclprep cluster up [--nodes N] | down      the local podman cluster (playbooks/local_cluster.yml)
+    ncclprep cluster up [--nodes N] [--slurm] | grow --nodes N | down
+                                                the local podman cluster (playbooks/local_cluster.yml)
     ncclprep provision -i INVENTORY [ARGS...]   provision every node (site.yml)
     ncclprep validate -i INVENTORY [ARGS...]    the preflight: check, measure, report (validate.yml)
     ncclprep report [RUN] [--compare RUN] [--format md|html|json|junit] [-o FILE]
@@ -168,17 +169,27 @@ def _report_command(args: argparse.Namespace) -> int:
 
 
 def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
-    if args.action == "up" and args.nodes < 2:
-        print(f"ncclprep cluster up: --nodes {args.nodes}: valid: 2 or more nodes", file=sys.stderr)
+    if args.action in ("up", "grow") and args.nodes < 2:
+        print(f"ncclprep cluster {args.action}: --nodes {args.nodes}: valid: 2 or more nodes", file=sys.stderr)
         return EXIT_BAD_INPUT
-    state = ["-e", "local_cluster_state=present", "-e", f"local_cluster_nodes={args.nodes}"] if args.action == "up" \
-        else ["-e", "local_cluster_state=absent"]
+    if args.slurm and args.action != "up":
+        print(f"ncclprep cluster {args.action}: --slurm goes with up (grow keeps what the cluster runs)",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.action == "up":
+        state = ["-e", "local_cluster_state=present", "-e", f"local_cluster_nodes={args.nodes}",
+                 "-e", f"local_cluster_slurm={str(args.slurm).lower()}"]
+    elif args.action == "grow":
+        state = ["-e", "local_cluster_state=grow", "-e", f"local_cluster_nodes={args.nodes}"]
+    else:
+        state = ["-e", "local_cluster_state=absent"]
     result = run_playbook("playbooks/local_cluster.yml", None, [*state, *extra], f"cluster {args.action}",
                           verbose=args.verbose > 0)
     code = EXIT_PASS if result.rc == 0 and not result.failures else EXIT_COULD_NOT_RUN
     if code == EXIT_PASS:
         _out(f"ncclprep cluster {args.action}: done in {result.elapsed_s:.0f} s"
-             + (f"; {args.nodes} nodes in inventory/local" if args.action == "up" else ""))
+             + (f"; {args.nodes} nodes in inventory/local" if args.action != "down" else "")
+             + ("; Slurm: slurmctld on node1, every node idle in sinfo" if args.slurm else ""))
     else:
         _explain_failure(result, f"cluster {args.action}")
     return code
@@ -193,8 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="bring the local podman cluster up or down", epilog=PLAYBOOK_EPILOG,
                        description="The local test cluster of podman containers (playbooks/local_cluster.yml); "
                                    "its inventory is inventory/local.", allow_abbrev=False)
-    p.add_argument("action", choices=("up", "down"))
-    p.add_argument("--nodes", type=int, default=3, help="nodes to start (default 3)")
+    p.add_argument("action", choices=("up", "grow", "down"),
+                   help="up: a fresh cluster; grow: keep the running nodes, start the missing ones up to --nodes "
+                        "(into Slurm too, where it runs Slurm); down: remove it")
+    p.add_argument("--nodes", type=int, default=3, help="nodes to start, or to grow to (default 3)")
+    p.add_argument("--slurm", action="store_true",
+                   help="with up: Debian's Slurm on the nodes, slurmctld on node1 and slurmd on every node")
     p.add_argument("-v", "--verbose", action="count", default=0, help="show ansible-playbook's output")
     for name, text in (("provision", "provision every node (site.yml)"),
                        ("validate", "the preflight before jobs: check, measure, report (validate.yml)")):

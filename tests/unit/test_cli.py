@@ -227,6 +227,30 @@ def test_cluster_up_refuses_one_node(capsys):
     assert "--nodes 1: valid: 2 or more nodes" in capsys.readouterr().err
 
 
+def test_cluster_grow_and_slurm_are_checked_before_any_playbook_runs(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "run_playbook", lambda *a, **k: pytest.fail("no playbook may run"))
+    assert cli.main(["cluster", "grow", "--nodes", "1"]) == EXIT_BAD_INPUT
+    assert "ncclprep cluster grow: --nodes 1: valid: 2 or more nodes" in capsys.readouterr().err
+    assert cli.main(["cluster", "grow", "--nodes", "5", "--slurm"]) == EXIT_BAD_INPUT
+    assert "--slurm goes with up" in capsys.readouterr().err
+
+
+def test_cluster_up_with_slurm_and_grow_ask_the_playbook_for_them(monkeypatch):
+    seen = []
+
+    class Done:
+        rc, failures, elapsed_s = 0, [], 1.0
+
+    monkeypatch.setattr(cli, "run_playbook", lambda playbook, inv, extra, *a, **k: seen.append(extra) or Done())
+    assert cli.main(["cluster", "up", "--nodes", "3", "--slurm"]) == 0
+    assert cli.main(["cluster", "grow", "--nodes", "4"]) == 0
+    assert cli.main(["cluster", "up"]) == 0
+    assert seen == [
+        ["-e", "local_cluster_state=present", "-e", "local_cluster_nodes=3", "-e", "local_cluster_slurm=true"],
+        ["-e", "local_cluster_state=grow", "-e", "local_cluster_nodes=4"],
+        ["-e", "local_cluster_state=present", "-e", "local_cluster_nodes=3", "-e", "local_cluster_slurm=false"]]
+
+
 def test_report_of_a_missing_run_is_bad_input(capsys, tmp_path):
     assert cli.main(["report", str(tmp_path / "nothing")]) == EXIT_BAD_INPUT
     assert "no report at" in capsys.readouterr().err
