@@ -94,11 +94,12 @@ def timings():
 
 @pytest.fixture(scope="session")
 def cluster():
-    """The 3-node local podman cluster (tests/localcluster.py), up once for the session's slow
-    tiers and torn down at its end unless NCCLPREP_KEEP_CLUSTER=1. Returns the node names."""
+    """The 3-node local podman cluster (tests/localcluster.py) with Slurm (slurmctld on node1),
+    up once for the session's slow tiers and torn down at its end unless NCCLPREP_KEEP_CLUSTER=1.
+    Returns the node names."""
     from localcluster import NODES, run
 
-    up = run([os.path.join(REPO, "scripts", "local_cluster.sh"), "up", str(len(NODES))], timeout=1200)
+    up = run([os.path.join(REPO, "scripts", "local_cluster.sh"), "up", str(len(NODES)), "--slurm"], timeout=1200)
     assert up.returncode == 0, "local cluster bring-up failed"
     yield NODES
     if os.environ.get("NCCLPREP_KEEP_CLUSTER") != "1":

@@ -63,6 +63,13 @@ def on(node: str, script: str, timeout: int = 60, input: str | None = None) -> s
     return run(["podman", "exec", "-i", f"ncclprep-{node}", "sh", "-c", script], timeout=timeout, input=input)
 
 
+def slurm_nodes() -> dict[str, str]:
+    """``{node: state}`` as ``sinfo`` on node1 lists them (slurmctld's view of the cluster)."""
+    out = on("node1", "sinfo --noheader --Node --format '%N %T'")
+    assert out.returncode == 0, out.stderr
+    return dict(line.split() for line in out.stdout.splitlines())
+
+
 def playbook(name: str, report_dir: str | None = None, timeout: int = 900,
              extra: tuple[str, ...] = (), cli: bool = False) -> subprocess.CompletedProcess:
     """ansible-playbook NAME.yml, or with ``cli`` the same run through ``ncclprep provision|validate``."""

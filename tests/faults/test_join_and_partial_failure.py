@@ -15,7 +15,7 @@ import os
 import shutil
 
 import pytest
-from localcluster import DATASET, DATASET_MAKE, NODES, REPO, load, on, playbook, recap, run, validate
+from localcluster import DATASET, DATASET_MAKE, NODES, REPO, load, on, playbook, recap, run, slurm_nodes, validate
 
 pytestmark = [
     pytest.mark.integration,
@@ -69,6 +69,8 @@ def test_a_node_added_to_the_inventory_joins_with_one_run(provisioned, tmp_path_
     assert grow.returncode == 0, grow.stdout[-3000:]
     # the nodes that ran were kept as they were: node1 still holds what site.yml put there
     assert on("node1", "grep -c '^10.77.29.1[1-3] node[1-3]$' /etc/hosts").stdout.strip() == "3"
+    # the cluster runs Slurm (tests/conftest.py): grow started slurmd on node4 and slurmctld took it
+    assert slurm_nodes() == {n: "idle" for n in [*NODES, "node4"]}
     site = playbook("site")
     assert site.returncode == 0, site.stdout[-3000:]
     counters = recap(site.stdout)
@@ -97,3 +99,6 @@ def test_a_node_added_to_the_inventory_joins_with_one_run(provisioned, tmp_path_
     assert to_node4 and set(ports["node4"]) & set(NODES), ports
     assert all(set(ports[a]["node4"].values()) == {"open"} for a in to_node4), ports
     assert next(c for c in data["checks"] if c["id"] == "collective.all_reduce")["measured"]["world_size"] == 4
+    # a member now, node4 runs Slurm jobs too (its slurmd reaches node1 through the firewall)
+    job = on("node1", "timeout 60 srun --nodes 4 --ntasks-per-node 1 hostname", timeout=90)
+    assert job.returncode == 0 and sorted(job.stdout.split()) == nodes, job.stderr

@@ -22,7 +22,21 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 from ansible.module_utils.ncclprep.checks import NODE_MODULES, evaluate_node
-from localcluster import BIN, DATASET, DATASET_MAKE, NODES, REPO, STATE, load, on, playbook, recap, record, run
+from localcluster import (
+    BIN,
+    DATASET,
+    DATASET_MAKE,
+    NODES,
+    REPO,
+    STATE,
+    load,
+    on,
+    playbook,
+    recap,
+    record,
+    run,
+    slurm_nodes,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -144,6 +158,17 @@ def test_node_check_gives_the_rows_validate_gives_each_node(cluster):
         assert written["facts"]["sysctl_tuning"]["net.core.somaxconn"]["value"] == "128"
     finally:
         on("node2", f"sysctl -qw net.core.somaxconn={before}")
+
+def test_slurm_runs_a_job_on_every_node_site_yml_provisioned(cluster):
+    """Issue 25 item 1: the session's cluster came up with --slurm (slurmctld on node1, slurmd on
+    every node, each idle), and after site.yml (its firewall lets only the members in) a job
+    still runs one task on every node."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    assert slurm_nodes() == {n: "idle" for n in NODES}
+    job = on("node1", f"timeout 60 srun --nodes {len(NODES)} --ntasks-per-node 1 hostname", timeout=90)
+    assert job.returncode == 0, job.stderr
+    assert sorted(job.stdout.split()) == NODES
+
 
 def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():
     """A short run of bench/preflight.py and bench/fidelity.py (issue 13) on the provisioned cluster."""
