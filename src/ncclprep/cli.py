@@ -7,6 +7,7 @@
     ncclprep report [RUN] [--compare RUN] [--format md|html|json|junit] [-o FILE]
     ncclprep doctor [--json] FILE...            read a failed job's logs and tool output offline
     ncclprep node check [--json] [--only C...]  this node's checks, no Ansible (site.yml installs it on every node)
+    ncclprep node health [--dry-run]            Slurm's HealthCheckProgram: drain or resume on that check's record
 
 ARGS are passed to ansible-playbook as given (-l, -e, --check, --tags ...). Progress is one
 live line (stage, host, elapsed); -v shows ansible-playbook's own output instead.
@@ -229,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(subparser=p)
     sub.add_parser("doctor", help="read a failed job's logs and tool output offline", add_help=False)
     sub.add_parser("node", help="node check: this node's checks against the intent site.yml installed, "
-                                "no Ansible (also /usr/local/sbin/ncclprep on every node)", add_help=False)
+                                "no Ansible (also /usr/local/sbin/ncclprep on every node); node health: "
+                                "Slurm's HealthCheckProgram on that check's record", add_help=False)
     return parser
 
 

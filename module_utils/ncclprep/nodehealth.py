@@ -1,0 +1,194 @@
+"""``ncclprep node health``: Slurm's HealthCheckProgram, the node's cached verdict acted on in seconds.
+
+Slurm runs HealthCheckProgram as root on every node at once and kills it after 60 s (22.05 has no
+HealthCheckTimeout; ../shared/reviews/slurm.md section 4), so this command never runs the checks
+itself. It judges by the record the last ``ncclprep node check`` wrote (nodecheck.RECORD_FILE)
+and, when that record is older than ``--refresh-after`` seconds, starts a fresh node check in the
+background (detached; its record is the next run's verdict). Then, with a deadline on every
+command:
+
+1. the node's verdict from the record: PASS, FAIL (the failed rows) or UNKNOWN (no record, one
+   older than ``--max-age``, or one that cannot be read);
+2. the node's past verdicts, ``--ledger`` (JSON, one entry per node check run, the last
+   LEDGER_KEEP kept): this run's record is added once (its generated_at is the entry's run);
+3. every node's state from ``sinfo`` (slurm.parse_sinfo); sinfo failing is UNKNOWN;
+4. slurm.decide, then ``scontrol update`` (drain with an ``ncclprep:`` reason, or resume one of
+   ncclprep's drains), unless ``--dry-run``.
+
+It prints one line saying what it found and did. Exit codes: 0 the verdict was acted on (also
+"nothing to do"); 3 UNKNOWN or a Slurm command that failed: slurmd logs a health check's
+non-zero exit with its output, which is how UNKNOWN reaches the slurmd log; a non-zero exit
+alone drains nothing. 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import subprocess
+
+from ansible.module_utils.ncclprep import slurm
+from ansible.module_utils.ncclprep.atomic import write_atomic
+from ansible.module_utils.ncclprep.checks import BAD
+from ansible.module_utils.ncclprep.hostinfo import Runner, subprocess_runner
+from ansible.module_utils.ncclprep.nodecheck import RECORD_FILE
+
+LEDGER_FILE = "/var/lib/ncclprep/health-ledger.json"
+#: Entries kept in the ledger (its oldest go first).
+LEDGER_KEEP = 20
+#: Deadline of each Slurm command, seconds (the whole run stays inside Slurm's 60 s).
+COMMAND_TIMEOUT = 10.0
+#: The command that refreshes the record in the background.
+REFRESH = ["/usr/local/sbin/ncclprep", "node", "check", "--json"]
+EXIT_ACTED, EXIT_USAGE, EXIT_UNKNOWN = 0, 2, 3
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def record_verdict(record: dict | None, max_age: float, now: datetime.datetime) -> dict:
+    """The verdict a node check's record gives (slurm.node_verdict's shape plus ``run``, its
+    generated_at, and ``age_s``): UNKNOWN without a record, with one older than ``max_age``
+    seconds, or with one that is not a node check's. Raises nothing."""
+    if not record:
+        return {"status": "UNKNOWN", "failed": [], "why": "no node check has run here yet", "run": None, "age_s": None}
+    try:
+        made = datetime.datetime.fromisoformat(str(record["generated_at"]))
+        rows = list(record["checks"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return {"status": "UNKNOWN", "failed": [], "why": f"the record is not a node check's: {exc}", "run": None,
+                "age_s": None}
+    age = (now - made).total_seconds()
+    base = {"run": record["generated_at"], "age_s": round(age, 1)}
+    if age > max_age:
+        return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is {age:.0f} s old (at most "
+                                                           f"{max_age:.0f}): not a verdict on the node as it is")
+    failed = [r for r in rows if r.get("status") in BAD]
+    return dict(base, status="FAIL" if failed else "PASS", failed=failed, why=None)
+
+
+def ledger_entry(host: str, verdict: dict) -> dict:
+    """The ledger's entry for a verdict: ``{run, status, network, partners, checks}``; network is
+    True when every failed row is about the network (slurm.is_network), partners their other ends."""
+    failed = verdict.get("failed") or []
+    return {"run": verdict.get("run"), "status": verdict["status"],
+            "network": bool(failed) and all(slurm.is_network(r) for r in failed),
+            "partners": sorted({p for r in failed for p in slurm.partners(r, host)}),
+            "checks": [r.get("id") for r in failed]}
+
+
+def update_ledger(path: str, host: str, verdict: dict, keep: int = LEDGER_KEEP) -> list[dict]:
+    """The node's ledger with this verdict's entry added once (a run already in it is not added
+    again), the last ``keep`` kept, written back atomically (mode 0600). UNKNOWN adds nothing.
+    An unreadable ledger starts afresh. Returns the entries, oldest first. Raises OSError when
+    it cannot be written."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            entries = [e for e in json.load(fh) if isinstance(e, dict)]
+    except (OSError, ValueError, TypeError):
+        entries = []
+    if verdict["status"] != "UNKNOWN" and verdict.get("run") not in {e.get("run") for e in entries}:
+        entries = (entries + [ledger_entry(host, verdict)])[-keep:]
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        write_atomic(path, json.dumps(entries, indent=1) + "\n", mode=0o600)
+    return entries
+
+
+def refresh(record_path: str, refresh_after: float, age_s: float | None, command: list[str] = REFRESH) -> bool:
+    """Start ``command`` detached (its own session, no output kept) when the record is missing or
+    older than ``refresh_after`` seconds and no refresh holds the lock file beside the record;
+    True when one was started. Raises nothing."""
+    if age_s is not None and age_s < refresh_after:
+        return False
+    lock = record_path + ".refreshing"
+    try:
+        if os.path.exists(lock) and _now().timestamp() - os.path.getmtime(lock) < max(refresh_after, 60):
+            return False
+        os.makedirs(os.path.dirname(lock) or ".", mode=0o700, exist_ok=True)
+        with open(lock, "w", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()}\n")
+        subprocess.Popen(["sh", "-c", '"$@"; rm -f "$0"', lock, *command], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return True
+    except OSError:
+        return False
+
+
+def health(host: str, record: dict | None, ledger_path: str, runner: Runner, max_age: float,
+           dry_run: bool = False, now: datetime.datetime | None = None) -> tuple[int, str, dict]:
+    """Steps 1-4 of the module docstring for ``host``: ``(exit code, the line to print, {verdict,
+    decision, argv})``. ``runner`` runs sinfo and scontrol (hostinfo.Runner). Raises OSError when
+    the ledger cannot be written."""
+    verdict = record_verdict(record, max_age, now or _now())
+    out = {"verdict": verdict, "decision": None, "argv": None}
+    if verdict["status"] == "UNKNOWN":
+        return EXIT_UNKNOWN, f"ncclprep health {host}: UNKNOWN ({verdict['why']}): neither drained nor resumed", out
+    ledger = update_ledger(ledger_path, host, verdict)
+    rc, text, err = runner(["sinfo", "--noheader", "--Node", "--format", slurm.SINFO_FORMAT], COMMAND_TIMEOUT)
+    try:
+        nodes = slurm.parse_sinfo(text) if rc == 0 else None
+    except ValueError as exc:
+        nodes, err = None, str(exc)
+    if not nodes or host not in nodes:
+        why = (err or "").strip() or (f"sinfo does not list {host}" if nodes else f"sinfo exit {rc}")
+        return EXIT_UNKNOWN, f"ncclprep health {host}: UNKNOWN (Slurm's view unreadable: {why}): nothing done", out
+    decision = slurm.decide(host, nodes[host], verdict, ledger, nodes)
+    argv = slurm.scontrol(host, decision)
+    out.update(decision=decision, argv=argv)
+    if argv is None or dry_run:
+        return EXIT_ACTED, f"ncclprep health {decision['why']}" + (" (dry run)" if argv else ""), out
+    rc, _, err = runner(argv, COMMAND_TIMEOUT)
+    if rc != 0:
+        return EXIT_UNKNOWN, f"ncclprep health {host}: {decision['action']} failed (scontrol exit {rc}: " \
+                             f"{' '.join(err.split())}): {decision['why'][len(host) + 2:]}", out
+    return EXIT_ACTED, f"ncclprep health {decision['why']}", out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ncclprep node health", allow_abbrev=False,
+        description="Slurm's HealthCheckProgram: drain this node with an 'ncclprep:' reason when its last node "
+                    "check failed, resume it when ncclprep drained it and it passes now; never touch another's "
+                    "drain. Judges by the last node check's record and refreshes it in the background.",
+        epilog="exit codes: 0 acted (or nothing to do); 2 bad usage; 3 UNKNOWN (nothing done) or Slurm refused.")
+    p.add_argument("--record", default=RECORD_FILE, help=f"the node check's record (default {RECORD_FILE})")
+    p.add_argument("--ledger", default=LEDGER_FILE, help=f"this node's past verdicts (default {LEDGER_FILE})")
+    p.add_argument("--max-age", type=float, default=900.0,
+                   help="seconds a record stays a verdict (default 900: three of Slurm's usual 300 s intervals)")
+    p.add_argument("--refresh-after", type=float, default=240.0,
+                   help="seconds after which a fresh node check starts in the background (default 240)")
+    p.add_argument("--no-refresh", action="store_true", help="start no background node check")
+    p.add_argument("--dry-run", action="store_true", help="say what would be done, run no scontrol")
+    p.add_argument("--node", default=None, help="Slurm's name of this node (default $SLURMD_NODENAME, then the host "
+                                                "name of the record or of this machine)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """``ncclprep node health [options]`` (``argv`` without ``node health``): the exit code."""
+    try:
+        opts = parser().parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_ACTED if exc.code == 0 else EXIT_USAGE
+    try:
+        with open(opts.record, encoding="utf-8") as fh:
+            record = json.load(fh)
+    except FileNotFoundError:
+        record = None
+    except (OSError, ValueError) as exc:
+        record = {"unreadable": str(exc)}
+    host = (opts.node or os.environ.get("SLURMD_NODENAME") or (record or {}).get("host")
+            or socket.gethostname().split(".")[0])
+    try:
+        code, line, result = health(host, record, opts.ledger, subprocess_runner, opts.max_age, opts.dry_run)
+    except OSError as exc:
+        print(f"ncclprep health {host}: UNKNOWN (cannot write the ledger {opts.ledger}: {exc}): nothing done")
+        return EXIT_UNKNOWN
+    if not opts.no_refresh and refresh(opts.record, opts.refresh_after, result["verdict"].get("age_s")):
+        line += "; a fresh node check runs in the background"
+    print(line)
+    return code

@@ -1,0 +1,130 @@
+"""`ncclprep node health` (module_utils/ncclprep/nodehealth.py): the record's verdict, the ledger,
+sinfo and scontrol through a fake runner, exit codes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+
+from ansible.module_utils.ncclprep import nodecheck, nodehealth
+from ansible.module_utils.ncclprep.nodehealth import health, record_verdict, refresh, update_ledger
+
+NOW = datetime.datetime(2026, 12, 5, 19, 0, tzinfo=datetime.timezone.utc)
+SYSCTL = {"id": "sysctl.net.core.somaxconn", "status": "FAIL", "hosts": ["node2"],
+          "measured": {"node2": "128"}, "expected": "65535", "message": "node2: 128, expected 65535"}
+PASSING = {"id": "names.resolve", "status": "PASS", "hosts": [], "measured": None, "expected": None, "message": ""}
+
+
+def record(rows, minutes_ago=1.0, host="node2"):
+    made = NOW - datetime.timedelta(minutes=minutes_ago)
+    return {"host": host, "generated_at": made.isoformat(), "alive": True, "facts": {}, "intent": {}, "checks": rows}
+
+
+class Slurm:
+    """A fake runner: sinfo prints ``rows``; scontrol is recorded and answers ``scontrol_rc``."""
+
+    def __init__(self, rows: str, scontrol_rc: int = 0, sinfo_rc: int = 0):
+        self.rows, self.scontrol_rc, self.sinfo_rc, self.calls = rows, scontrol_rc, sinfo_rc, []
+
+    def __call__(self, argv, timeout):
+        self.calls.append(argv)
+        assert timeout <= 10
+        if argv[0] == "sinfo":
+            assert argv[1:] == ["--noheader", "--Node", "--format", "%N|%T|%E"]
+            return (self.sinfo_rc, self.rows, "" if self.sinfo_rc == 0 else "slurm_load_node error: Unable to contact")
+        return (self.scontrol_rc, "", "" if self.scontrol_rc == 0 else "Invalid node state specified")
+
+
+IDLE = "node1|idle|none\nnode2|idle|none\nnode3|idle|none\n"
+
+
+def test_a_failed_check_drains_once_and_a_later_pass_resumes(tmp_path):
+    ledger = str(tmp_path / "ledger.json")
+    slurm = Slurm(IDLE)
+    code, line, out = health("node2", record([SYSCTL, PASSING]), ledger, slurm, 900, now=NOW)
+    reason = "ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535"
+    assert code == 0 and line == f"ncclprep health node2: drained: {reason}"
+    assert slurm.calls[-1] == ["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"]
+    entries = json.loads(open(ledger).read())
+    assert entries == [{"run": (NOW - datetime.timedelta(minutes=1)).isoformat(), "status": "FAIL",
+                        "network": False, "partners": [], "checks": ["sysctl.net.core.somaxconn"]}]
+    assert oct(os.stat(ledger).st_mode & 0o777) == "0o600"
+    # the same record again: no second ledger entry; Slurm shows the drain, nothing more to do
+    slurm = Slurm(f"node1|idle|none\nnode2|drained|{reason}\nnode3|idle|none\n")
+    code, line, _ = health("node2", record([SYSCTL, PASSING]), ledger, slurm, 900, now=NOW)
+    assert code == 0 and "still drained" in line and len(json.loads(open(ledger).read())) == 1
+    assert [c[0] for c in slurm.calls] == ["sinfo"]
+    # fixed: a newer record that passes resumes it
+    code, line, out = health("node2", record([PASSING], minutes_ago=0.5), ledger, slurm, 900, now=NOW)
+    assert code == 0 and out["decision"]["action"] == "resume"
+    assert slurm.calls[-1] == ["scontrol", "update", "NodeName=node2", "State=RESUME"]
+    assert [e["status"] for e in json.loads(open(ledger).read())] == ["FAIL", "PASS"]
+
+
+def test_unknown_without_a_fresh_record_or_slurms_view_does_nothing_and_exits_3(tmp_path):
+    ledger = str(tmp_path / "ledger.json")
+    slurm = Slurm(IDLE)
+    for rec, why in ((None, "no node check has run here yet"),
+                     (record([SYSCTL], minutes_ago=20), "the last node check is 1200 s old (at most 900)"),
+                     ({"unreadable": "bad json"}, "the record is not a node check's")):
+        code, line, _ = health("node2", rec, ledger, slurm, 900, now=NOW)
+        assert code == 3 and why in line and line.endswith("neither drained nor resumed"), line
+    assert slurm.calls == [] and not os.path.exists(ledger)
+    down = Slurm("", sinfo_rc=1)
+    code, line, _ = health("node2", record([SYSCTL]), ledger, down, 900, now=NOW)
+    assert code == 3 and "Slurm's view unreadable: slurm_load_node error: Unable to contact" in line
+    assert [c[0] for c in down.calls] == ["sinfo"]
+    code, line, _ = health("node9", record([SYSCTL], host="node9"), ledger, Slurm(IDLE), 900, now=NOW)
+    assert code == 3 and "sinfo does not list node9" in line
+
+
+def test_a_human_drain_is_left_alone_and_a_refused_scontrol_exits_3(tmp_path):
+    ledger = str(tmp_path / "ledger.json")
+    slurm = Slurm("node1|idle|none\nnode2|drained|maintenance [root@2026-12-05T10:00:00]\n")
+    code, line, _ = health("node2", record([PASSING]), ledger, slurm, 900, now=NOW)
+    assert code == 0 and "drained by someone else" in line and [c[0] for c in slurm.calls] == ["sinfo"]
+    refused = Slurm(IDLE, scontrol_rc=1)
+    code, line, _ = health("node2", record([SYSCTL], minutes_ago=2), ledger, refused, 900, now=NOW)
+    assert code == 3 and "drain failed (scontrol exit 1: Invalid node state specified)" in line
+
+
+def test_dry_run_says_what_it_would_do_and_runs_no_scontrol(tmp_path):
+    slurm = Slurm(IDLE)
+    code, line, _ = health("node2", record([SYSCTL]), str(tmp_path / "l.json"), slurm, 900, dry_run=True, now=NOW)
+    assert code == 0 and line.endswith("(dry run)") and [c[0] for c in slurm.calls] == ["sinfo"]
+
+
+def test_the_ledger_keeps_the_last_entries_and_starts_afresh_when_unreadable(tmp_path):
+    path = str(tmp_path / "ledger.json")
+    open(path, "w").write("not json")
+    for i in range(25):
+        v = record_verdict(record([SYSCTL], minutes_ago=30 - i), 3600, NOW)
+        entries = update_ledger(path, "node2", v, keep=20)
+    assert len(entries) == 20 and entries[-1]["run"] == (NOW - datetime.timedelta(minutes=6)).isoformat()
+
+
+def test_a_stale_record_starts_one_background_check_at_a_time(tmp_path):
+    rec = str(tmp_path / "node-check.json")
+    marker = tmp_path / "ran"
+    command = ["sh", "-c", f"sleep 0.3; touch {marker}"]
+    assert refresh(rec, 240, age_s=10, command=command) is False  # fresh enough
+    assert refresh(rec, 240, age_s=None, command=command) is True
+    assert refresh(rec, 240, age_s=None, command=command) is False  # one already runs (its lock)
+    deadline = time.monotonic() + 10
+    while not (marker.exists() and not os.path.exists(rec + ".refreshing")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists() and not os.path.exists(rec + ".refreshing")
+
+
+def test_the_node_command_dispatches_health_and_its_usage_names_both(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    code = nodecheck.main(["node", "health", "--record", str(tmp_path / "none.json"), "--ledger",
+                           str(tmp_path / "l.json"), "--no-refresh", "--node", "node7"])
+    assert code == 3
+    assert capsys.readouterr().out.strip() == (
+        "ncclprep health node7: UNKNOWN (no node check has run here yet): neither drained nor resumed")
+    assert nodecheck.main(["node", "sideways"]) == 2
+    assert "ncclprep node health [--dry-run]" in capsys.readouterr().err
+    assert nodehealth.main(["--max-age", "soon"]) == 2
