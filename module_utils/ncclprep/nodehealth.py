@@ -57,12 +57,11 @@ def record_verdict(record: dict | None, max_age: float, now: datetime.datetime) 
     if not record:
         return {"status": "UNKNOWN", "failed": [], "why": "no node check has run here yet", "run": None, "age_s": None}
     try:
-        made = datetime.datetime.fromisoformat(str(record["generated_at"]))
+        age = (now - datetime.datetime.fromisoformat(str(record["generated_at"]))).total_seconds()
         rows = list(record["checks"])
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:  # TypeError: a time without its zone, or no list
         return {"status": "UNKNOWN", "failed": [], "why": f"the record is not a node check's: {exc}", "run": None,
                 "age_s": None}
-    age = (now - made).total_seconds()
     base = {"run": record["generated_at"], "age_s": round(age, 1)}
     if age > max_age:
         return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is {age:.0f} s old (at most "

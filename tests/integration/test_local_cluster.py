@@ -170,6 +170,66 @@ def test_slurm_runs_a_job_on_every_node_site_yml_provisioned(cluster):
     assert sorted(job.stdout.split()) == NODES
 
 
+def slurm_state(node: str) -> tuple[str, str]:
+    """``(state, reason)`` of ``node`` as sinfo shows them (the reason ``none`` when it has none)."""
+    out = on("node1", f"sinfo --noheader --Node --nodes {node} --format '%T|%E'")
+    assert out.returncode == 0, out.stderr
+    state, reason = out.stdout.splitlines()[0].split("|", 1)
+    return state, reason
+
+
+def health(node: str, *args: str) -> subprocess.CompletedProcess:
+    """``ncclprep node health --no-refresh ARGS`` on ``node``, timed into the closing table."""
+    start = time.monotonic()
+    out = on(node, "ncclprep node health --no-refresh " + " ".join(args), timeout=60)
+    record("node health (HealthCheckProgram)", time.monotonic() - start)
+    return out
+
+
+def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_alone(cluster):
+    """Issue 25 item 2's rules on the Slurm cluster: ``ncclprep node health`` (Slurm's
+    HealthCheckProgram) drains a node whose node check failed with an ``ncclprep:`` reason naming
+    the check and the values, holds a second one back (the circuit breaker: 1 of 3 nodes), resumes
+    its own drain once the node passes, leaves a human's drain alone, and without a verdict
+    (UNKNOWN) exits 3 and changes nothing."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    sysctl = "net.core.somaxconn"
+    before = on("node2", f"sysctl -n {sysctl}").stdout.strip()
+    try:
+        for node in ("node2", "node3"):
+            assert on(node, f"sysctl -qw {sysctl}=128").returncode == 0
+            assert on(node, "ncclprep node check --only sysctl_tuning >/dev/null", timeout=120).returncode == 1
+        drained = health("node2")
+        reason = f"ncclprep: sysctl.{sysctl}: measured 128, expected {before}"
+        assert drained.returncode == 0 and drained.stdout.strip() == f"ncclprep health node2: drained: {reason}"
+        assert slurm_state("node2") == ("drained", reason)
+        held = health("node3")
+        assert held.returncode == 0 and "the circuit breaker" in held.stdout, held.stdout
+        assert slurm_state("node3") == ("idle", "none")
+    finally:
+        for node in ("node2", "node3"):
+            on(node, f"sysctl -qw {sysctl}={before}")
+    assert on("node2", "ncclprep node check --only sysctl_tuning >/dev/null", timeout=120).returncode == 0
+    resumed = health("node2")
+    assert resumed.returncode == 0 and "node2: passes now; resumed" in resumed.stdout, resumed.stdout
+    assert slurm_state("node2") == ("idle", "none")
+    # a human's drain: left alone, also when the node passes
+    assert on("node1", "scontrol update NodeName=node3 State=DRAIN Reason=maintenance").returncode == 0
+    try:
+        assert on("node3", "ncclprep node check --only sysctl_tuning >/dev/null", timeout=120).returncode == 0
+        kept = health("node3")
+        assert kept.returncode == 0 and "drained by someone else ('maintenance'): left alone" in kept.stdout
+        assert slurm_state("node3") == ("drained", "maintenance")
+    finally:
+        on("node1", "scontrol update NodeName=node3 State=RESUME")
+    # no verdict: UNKNOWN, exit 3 (slurmd logs it), nothing changed
+    unknown = health("node1", "--record", "/nonexistent/node-check.json")
+    assert unknown.returncode == 3
+    assert unknown.stdout.strip() == ("ncclprep health node1: UNKNOWN (no node check has run here yet): "
+                                      "neither drained nor resumed")
+    assert slurm_nodes() == {n: "idle" for n in NODES}
+
+
 def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():
     """A short run of bench/preflight.py and bench/fidelity.py (issue 13) on the provisioned cluster."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the test before"

@@ -68,7 +68,8 @@ def test_unknown_without_a_fresh_record_or_slurms_view_does_nothing_and_exits_3(
     slurm = Slurm(IDLE)
     for rec, why in ((None, "no node check has run here yet"),
                      (record([SYSCTL], minutes_ago=20), "the last node check is 1200 s old (at most 900)"),
-                     ({"unreadable": "bad json"}, "the record is not a node check's")):
+                     ({"unreadable": "bad json"}, "the record is not a node check's"),
+                     (dict(record([SYSCTL]), generated_at="2026-12-05T18:59:00"), "the record is not a node check's")):
         code, line, _ = health("node2", rec, ledger, slurm, 900, now=NOW)
         assert code == 3 and why in line and line.endswith("neither drained nor resumed"), line
     assert slurm.calls == [] and not os.path.exists(ledger)
