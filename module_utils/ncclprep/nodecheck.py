@@ -122,13 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     """``ncclprep node check [--json] [--only CONCERN...]``: the exit code (module docstring);
     ``ncclprep node health ...`` goes to nodehealth.main (Slurm's HealthCheckProgram)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:2] == ["node", "health"]:  # Slurm's HealthCheckProgram (nodehealth.py), on this record
-        from ansible.module_utils.ncclprep.nodehealth import main as health_main
+    if args[:2] in (["node", "health"], ["node", "prolog"]):  # Slurm's HealthCheckProgram and Prolog
+        from ansible.module_utils.ncclprep.nodehealth import main as slurm_main
 
-        return health_main(args[2:])
+        return slurm_main(args[2:], args[1])
     if args[:2] != ["node", "check"]:
         print("usage: ncclprep node check [--json] [--only CONCERN ...] [--intent PATH] [--record PATH]\n"
-              "       ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)",
+              "       ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)\n"
+              "       ncclprep node prolog [--dry-run] [--max-age S] (ncclprep node prolog -h)",
               file=sys.stderr)
         return EXIT_USAGE
     try:

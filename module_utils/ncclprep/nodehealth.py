@@ -1,4 +1,6 @@
-"""``ncclprep node health``: Slurm's HealthCheckProgram, the node's cached verdict acted on in seconds.
+"""``ncclprep node health`` and ``ncclprep node prolog``: Slurm's HealthCheckProgram and Prolog.
+
+``node health``: the node's cached verdict acted on in seconds.
 
 Slurm runs HealthCheckProgram as root on every node at once and kills it after 60 s (22.05 has no
 HealthCheckTimeout; ../shared/reviews/slurm.md section 4), so this command never runs the checks
@@ -19,6 +21,16 @@ It prints one line saying what it found and did. Exit codes: 0 the verdict was a
 "nothing to do"); 3 UNKNOWN or a Slurm command that failed: slurmd logs a health check's
 non-zero exit with its output, which is how UNKNOWN reaches the slurmd log; a non-zero exit
 alone drains nothing. 2 bad usage.
+
+``node prolog``: the quick gate before a job (Slurm expects a Prolog to end within MessageTimeout,
+10 s). It reads what a job needs of the node now (PROLOG_CHECKS: the data-plane interface, the
+members' names, the job ports free), under a deadline of PROLOG_DEADLINE seconds, beside the
+cached verdict. When either fails it drains the node with its own reason first (the rules of
+slurm.decide; Slurm writes its "Prolog error" only on a node not drained yet, so the reason
+stays) and exits 1: Slurm requeues the job. It exits 0 (the job runs) when the node passes, when
+ncclprep cannot tell (UNKNOWN: no intent, a reading past its deadline, Slurm's view unreadable),
+when someone else drained the node and when the circuit breaker holds the drain back: an exit 1
+there would have Slurm drain the node anyway, past those rules.
 """
 
 from __future__ import annotations
@@ -30,11 +42,12 @@ import os
 import socket
 import subprocess
 
-from ansible.module_utils.ncclprep import slurm
+from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD
+from ansible.module_utils.ncclprep.deadline import run_with_deadline
 from ansible.module_utils.ncclprep.hostinfo import Runner, subprocess_runner
-from ansible.module_utils.ncclprep.nodecheck import RECORD_FILE
+from ansible.module_utils.ncclprep.nodecheck import INTENT_FILE, RECORD_FILE
 
 LEDGER_FILE = "/var/lib/ncclprep/health-ledger.json"
 #: Entries kept in the ledger (its oldest go first).
@@ -44,6 +57,13 @@ COMMAND_TIMEOUT = 10.0
 #: The command that refreshes the record in the background.
 REFRESH = ["/usr/local/sbin/ncclprep", "node", "check", "--json"]
 EXIT_ACTED, EXIT_USAGE, EXIT_UNKNOWN = 0, 2, 3
+#: What the Prolog reads now: the node check's modules, and of their rows the ones a job needs here
+#: (names.reachable is left out: a member down elsewhere is no fault of this node).
+PROLOG_MODULES = ("data_plane", "host_names", "firewall")
+PROLOG_CHECKS = ("data_plane.interface", "names.resolve", "firewall.ports_free")
+#: Seconds the Prolog's reading may take (its Slurm commands come after, 10 s in all is Slurm's ask).
+PROLOG_DEADLINE = 6.0
+EXIT_REQUEUE = 1
 
 
 def _now() -> datetime.datetime:
@@ -147,30 +167,100 @@ def health(host: str, record: dict | None, ledger_path: str, runner: Runner, max
     return EXIT_ACTED, f"ncclprep health {decision['why']}", out
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="ncclprep node health", allow_abbrev=False,
-        description="Slurm's HealthCheckProgram: drain this node with an 'ncclprep:' reason when its last node "
-                    "check failed, resume it when ncclprep drained it and it passes now; never touch another's "
-                    "drain. Judges by the last node check's record and refreshes it in the background.",
-        epilog="exit codes: 0 acted (or nothing to do); 2 bad usage; 3 UNKNOWN (nothing done) or Slurm refused.")
+def _read_quick(progress, intent: str) -> None:
+    """PROLOG_CHECKS' rows of this node now (run_with_deadline's child)."""
+    doc = nodecheck.intent_document(intent)
+    facts = nodecheck.read_node(doc, PROLOG_MODULES, intent)
+    progress.result([r for r in nodecheck.check(doc, facts, PROLOG_MODULES) if r["id"] in PROLOG_CHECKS])
+
+
+def quick_rows(intent: str = INTENT_FILE, deadline: float = PROLOG_DEADLINE) -> tuple[list[dict] | None, str | None]:
+    """``(rows, None)`` of PROLOG_CHECKS read now, or ``(None, why)`` when the reading failed or
+    passed ``deadline`` seconds (nodecheck.CouldNotRun's text: no intent file ...). Raises nothing."""
+    run = run_with_deadline(_read_quick, {"intent": intent}, deadline)
+    if run["outcome"] == "result":
+        return run["value"], None
+    if run["outcome"] == "hang":
+        return None, f"reading the node took more than {deadline:g} s"
+    return None, str(run["value"])
+
+
+def prolog(host: str, rows: list[dict] | None, why: str | None, record: dict | None, runner: Runner,
+           max_age: float, dry_run: bool = False, now: datetime.datetime | None = None) -> tuple[int, str, dict]:
+    """The Prolog's decision for ``host`` (module docstring): ``(exit code, line, {verdict, decision,
+    argv})``; ``rows``: quick_rows' rows read now (None: not read, ``why`` says why). Raises nothing."""
+    cached = record_verdict(record, max_age, now or _now())
+    failed_now = [r for r in rows or [] if r.get("status") in BAD]
+    if failed_now:
+        verdict = {"status": "FAIL", "failed": failed_now, "why": None}
+    elif cached["status"] == "FAIL":
+        verdict = dict(cached)
+    elif rows is None:
+        verdict = {"status": "UNKNOWN", "failed": [], "why": why}
+    else:
+        verdict = {"status": "PASS", "failed": [], "why": None}
+    out = {"verdict": verdict, "decision": None, "argv": None}
+    if verdict["status"] != "FAIL":
+        text = "passes" if verdict["status"] == "PASS" else f"UNKNOWN ({verdict['why']})"
+        return EXIT_ACTED, f"ncclprep prolog {host}: {text}: the job runs", out
+    rc, text, err = runner(["sinfo", "--noheader", "--Node", "--format", slurm.SINFO_FORMAT], COMMAND_TIMEOUT)
+    try:
+        nodes = slurm.parse_sinfo(text) if rc == 0 else {}
+    except ValueError:
+        nodes = {}
+    if host not in nodes:
+        return EXIT_ACTED, (f"ncclprep prolog {host}: fails ({slurm.reason(verdict['failed'], host)}), but Slurm's "
+                            f"view is unreadable (sinfo exit {rc}): UNKNOWN, the job runs"), out
+    decision = slurm.decide(host, nodes[host], verdict, [], nodes)
+    argv = slurm.scontrol(host, decision)
+    out.update(decision=decision, argv=argv)
+    if argv is None:
+        code = EXIT_REQUEUE if slurm.ours(nodes[host]) else EXIT_ACTED
+        return code, f"ncclprep prolog {decision['why']}" + ("; the job is requeued" if code else "; the job runs"), out
+    if not dry_run:
+        rc, _, err = runner(argv, COMMAND_TIMEOUT)
+        if rc != 0:
+            return EXIT_ACTED, (f"ncclprep prolog {host}: drain failed (scontrol exit {rc}: {' '.join(err.split())}): "
+                                "the job runs"), out
+    return EXIT_REQUEUE, f"ncclprep prolog {decision['why']}; the job is requeued" + (
+        " (dry run)" if dry_run else ""), out
+
+
+def parser(command: str = "health") -> argparse.ArgumentParser:
+    """The options of ``ncclprep node health`` or ``ncclprep node prolog``."""
+    if command == "health":
+        p = argparse.ArgumentParser(
+            prog="ncclprep node health", allow_abbrev=False,
+            description="Slurm's HealthCheckProgram: drain this node with an 'ncclprep:' reason when its last node "
+                        "check failed, resume it when ncclprep drained it and it passes now; never touch another's "
+                        "drain. Judges by the last node check's record and refreshes it in the background.",
+            epilog="exit codes: 0 acted (or nothing to do); 2 bad usage; 3 UNKNOWN (nothing done) or Slurm refused.")
+        p.add_argument("--ledger", default=LEDGER_FILE, help=f"this node's past verdicts (default {LEDGER_FILE})")
+        p.add_argument("--refresh-after", type=float, default=240.0,
+                       help="seconds after which a fresh node check starts in the background (default 240)")
+        p.add_argument("--no-refresh", action="store_true", help="start no background node check")
+    else:
+        p = argparse.ArgumentParser(
+            prog="ncclprep node prolog", allow_abbrev=False,
+            description="Slurm's Prolog: the data-plane interface, the members' names and the job ports read now, "
+                        "and the last node check's verdict; on a failure drain this node with an 'ncclprep:' reason "
+                        "and exit 1 (Slurm requeues the job).",
+            epilog="exit codes: 0 the job runs (passes, UNKNOWN, another's drain, the circuit breaker); 1 drained, "
+                   "the job is requeued; 2 bad usage.")
+        p.add_argument("--intent", default=INTENT_FILE, help=f"the intent document (default {INTENT_FILE})")
     p.add_argument("--record", default=RECORD_FILE, help=f"the node check's record (default {RECORD_FILE})")
-    p.add_argument("--ledger", default=LEDGER_FILE, help=f"this node's past verdicts (default {LEDGER_FILE})")
     p.add_argument("--max-age", type=float, default=900.0,
                    help="seconds a record stays a verdict (default 900: three of Slurm's usual 300 s intervals)")
-    p.add_argument("--refresh-after", type=float, default=240.0,
-                   help="seconds after which a fresh node check starts in the background (default 240)")
-    p.add_argument("--no-refresh", action="store_true", help="start no background node check")
     p.add_argument("--dry-run", action="store_true", help="say what would be done, run no scontrol")
     p.add_argument("--node", default=None, help="Slurm's name of this node (default $SLURMD_NODENAME, then the host "
                                                 "name of the record or of this machine)")
     return p
 
 
-def main(argv: list[str]) -> int:
-    """``ncclprep node health [options]`` (``argv`` without ``node health``): the exit code."""
+def main(argv: list[str], command: str = "health") -> int:
+    """``ncclprep node health|prolog [options]`` (``argv`` without ``node <command>``): the exit code."""
     try:
-        opts = parser().parse_args(argv)
+        opts = parser(command).parse_args(argv)
     except SystemExit as exc:
         return EXIT_ACTED if exc.code == 0 else EXIT_USAGE
     try:
@@ -182,6 +272,11 @@ def main(argv: list[str]) -> int:
         record = {"unreadable": str(exc)}
     host = (opts.node or os.environ.get("SLURMD_NODENAME") or (record or {}).get("host")
             or socket.gethostname().split(".")[0])
+    if command == "prolog":
+        rows, why = quick_rows(opts.intent)
+        code, line, _ = prolog(host, rows, why, record, subprocess_runner, opts.max_age, opts.dry_run)
+        print(line)
+        return code
     try:
         code, line, result = health(host, record, opts.ledger, subprocess_runner, opts.max_age, opts.dry_run)
     except OSError as exc:

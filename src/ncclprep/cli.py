@@ -7,7 +7,7 @@
     ncclprep report [RUN] [--compare RUN] [--format md|html|json|junit] [-o FILE]
     ncclprep doctor [--json] FILE...            read a failed job's logs and tool output offline
     ncclprep node check [--json] [--only C...]  this node's checks, no Ansible (site.yml installs it on every node)
-    ncclprep node health [--dry-run]            Slurm's HealthCheckProgram: drain or resume on that check's record
+    ncclprep node health | prolog [--dry-run]   Slurm's HealthCheckProgram and Prolog on that check's record
 
 ARGS are passed to ansible-playbook as given (-l, -e, --check, --tags ...). Progress is one
 live line (stage, host, elapsed); -v shows ansible-playbook's own output instead.

@@ -230,6 +230,32 @@ def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_a
     assert slurm_nodes() == {n: "idle" for n in NODES}
 
 
+def test_node_prolog_drains_a_node_whose_job_port_is_held_and_slurm_requeues(cluster):
+    """Issue 25 item 2's Prolog gate: ``ncclprep node prolog`` passes a healthy node (exit 0); with a
+    process holding a rendezvous port on node2 it drains node2 with its own reason and exits 1 (Slurm
+    requeues the job); once the port is free, the next node check and ``node health`` resume it."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    start = time.monotonic()
+    ok = on("node2", "ncclprep node prolog", timeout=60)
+    record("node prolog (Prolog)", time.monotonic() - start)
+    assert ok.returncode == 0 and ok.stdout.strip() == "ncclprep prolog node2: passes: the job runs", ok.stdout
+    holder = ("python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.0\", 29500)); s.listen(); "
+              "time.sleep(300)' >/dev/null 2>&1 & echo $! > /root/holder.pid; sleep 1")
+    assert on("node2", holder).returncode == 0
+    try:
+        gate = on("node2", "ncclprep node prolog", timeout=60)
+        assert gate.returncode == 1, gate.stdout + gate.stderr
+        assert gate.stdout.startswith("ncclprep prolog node2: drained: ncclprep: firewall.ports_free: measured ")
+        assert gate.stdout.strip().endswith("; the job is requeued")
+        state, reason = slurm_state("node2")
+        assert state == "drained" and reason.startswith("ncclprep: firewall.ports_free:")
+    finally:
+        on("node2", "kill $(cat /root/holder.pid); rm -f /root/holder.pid")
+    assert on("node2", "sleep 1; ncclprep node check >/dev/null", timeout=120).returncode == 0
+    assert "resumed" in health("node2").stdout
+    assert slurm_nodes() == {n: "idle" for n in NODES}
+
+
 def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():
     """A short run of bench/preflight.py and bench/fidelity.py (issue 13) on the provisioned cluster."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the test before"

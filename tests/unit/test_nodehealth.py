@@ -9,7 +9,14 @@ import os
 import time
 
 from ansible.module_utils.ncclprep import nodecheck, nodehealth
-from ansible.module_utils.ncclprep.nodehealth import health, record_verdict, refresh, update_ledger
+from ansible.module_utils.ncclprep.nodehealth import (
+    health,
+    prolog,
+    quick_rows,
+    record_verdict,
+    refresh,
+    update_ledger,
+)
 
 NOW = datetime.datetime(2026, 12, 5, 19, 0, tzinfo=datetime.timezone.utc)
 SYSCTL = {"id": "sysctl.net.core.somaxconn", "status": "FAIL", "hosts": ["node2"],
@@ -126,6 +133,56 @@ def test_the_node_command_dispatches_health_and_its_usage_names_both(tmp_path, c
     assert code == 3
     assert capsys.readouterr().out.strip() == (
         "ncclprep health node7: UNKNOWN (no node check has run here yet): neither drained nor resumed")
+    code = nodecheck.main(["node", "prolog", "--intent", str(tmp_path / "none.json"), "--record",
+                           str(tmp_path / "none.json"), "--node", "node7"])
+    assert code == 0 and capsys.readouterr().out.startswith("ncclprep prolog node7: UNKNOWN (")
     assert nodecheck.main(["node", "sideways"]) == 2
-    assert "ncclprep node health [--dry-run]" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "ncclprep node health [--dry-run]" in err and "ncclprep node prolog [--dry-run]" in err
     assert nodehealth.main(["--max-age", "soon"]) == 2
+
+
+IFACE = {"id": "data_plane.interface", "status": "FAIL", "hosts": ["node2"], "measured": {"node2": "eth0 down"},
+         "expected": "up", "message": "node2: eth0 is down"}
+RESOLVES = {"id": "names.resolve", "status": "PASS", "hosts": [], "measured": None, "expected": None, "message": ""}
+
+
+def test_the_prolog_drains_on_a_failure_read_now_and_exits_1_so_slurm_requeues():
+    slurm = Slurm(IDLE)
+    code, line, out = prolog("node2", [IFACE, RESOLVES], None, record([PASSING]), slurm, 900, now=NOW)
+    assert code == 1 and line == ("ncclprep prolog node2: drained: ncclprep: data_plane.interface: measured eth0 down, "
+                                  "expected up; the job is requeued")
+    assert slurm.calls[-1][:4] == ["scontrol", "update", "NodeName=node2", "State=DRAIN"]
+    # the cached verdict fails (the last node check), the reading now passes: drained too
+    slurm = Slurm(IDLE)
+    code, line, _ = prolog("node2", [RESOLVES], None, record([SYSCTL]), slurm, 900, now=NOW)
+    assert code == 1 and "sysctl.net.core.somaxconn" in slurm.calls[-1][-1]
+    # still failing on a node ncclprep drained already (a job slipped in while draining): requeued, no new drain
+    ours = Slurm("node1|idle|none\nnode2|draining|ncclprep: x: measured 1, expected 2\n")
+    code, line, _ = prolog("node2", [IFACE], None, None, ours, 900, now=NOW)
+    assert code == 1 and [c[0] for c in ours.calls] == ["sinfo"] and line.endswith("the job is requeued")
+
+
+def test_the_prolog_lets_the_job_run_when_it_passes_cannot_tell_or_may_not_drain():
+    for rows, why, rec in (([RESOLVES], None, record([PASSING])),  # passes
+                           ([RESOLVES], None, None),  # no node check yet, the reading passes
+                           (None, "reading the node took more than 6 s", record([PASSING]))):
+        slurm = Slurm(IDLE)
+        code, line, _ = prolog("node2", rows, why, rec, slurm, 900, now=NOW)
+        assert code == 0 and line.endswith("the job runs") and slurm.calls == [], line
+    code, line, _ = prolog("node2", None, "reading the node took more than 6 s", None, Slurm(IDLE), 900, now=NOW)
+    assert line == "ncclprep prolog node2: UNKNOWN (reading the node took more than 6 s): the job runs"
+    # a human's drain and the circuit breaker: exit 0, or Slurm would drain past the rules
+    human = Slurm("node1|idle|none\nnode2|draining|maintenance\n")
+    assert prolog("node2", [IFACE], None, None, human, 900, now=NOW)[0] == 0
+    full = Slurm("node1|drained|ncclprep: x: measured 1, expected 2\nnode2|idle|none\nnode3|idle|none\n")
+    code, line, _ = prolog("node2", [IFACE], None, None, full, 900, now=NOW)
+    assert code == 0 and "the circuit breaker" in line and [c[0] for c in full.calls] == ["sinfo"]
+    # Slurm's view unreadable: UNKNOWN, the job runs
+    code, line, _ = prolog("node2", [IFACE], None, None, Slurm("", sinfo_rc=1), 900, now=NOW)
+    assert code == 0 and "Slurm's view is unreadable (sinfo exit 1): UNKNOWN, the job runs" in line
+
+
+def test_the_prologs_reading_without_an_intent_is_unknown_in_time(tmp_path):
+    rows, why = quick_rows(str(tmp_path / "intent.json"), deadline=5)
+    assert rows is None and "intent.json does not exist: run site.yml on this node first" in why
