@@ -118,8 +118,16 @@ def partners(row: Mapping[str, Any], host: str) -> list[str]:
     return sorted(out)
 
 
-def _value(value: Any, host: str) -> Any:
-    return value.get(host, value) if isinstance(value, Mapping) else value
+def _value(value: Any, host: str) -> str:
+    """A measured or expected value as a reason shows it: this host's where it is keyed by host, a
+    mapping as ``k: v, k: v``, a list joined with commas."""
+    if isinstance(value, Mapping) and host in value:
+        value = value[host]
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {v}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
 
 
 def reason(rows: Iterable[Mapping[str, Any]], host: str) -> str:

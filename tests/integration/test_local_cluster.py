@@ -178,6 +178,15 @@ def slurm_state(node: str) -> tuple[str, str]:
     return state, reason
 
 
+def settled(node: str, want: tuple[str, str], seconds: float = 20) -> tuple[str, str]:
+    """slurm_state once it is ``want`` or ``seconds`` have passed (a resumed node shows ``idle*``, not
+    responding, until slurmctld's next ping reaches it)."""
+    deadline = time.monotonic() + seconds
+    while (got := slurm_state(node)) != want and time.monotonic() < deadline:
+        time.sleep(1)
+    return got
+
+
 def health(node: str, *args: str) -> subprocess.CompletedProcess:
     """``ncclprep node health --no-refresh ARGS`` on ``node``, timed into the closing table."""
     start = time.monotonic()
@@ -212,7 +221,7 @@ def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_a
     assert on("node2", "ncclprep node check --only sysctl_tuning >/dev/null", timeout=120).returncode == 0
     resumed = health("node2")
     assert resumed.returncode == 0 and "node2: passes now; resumed" in resumed.stdout, resumed.stdout
-    assert slurm_state("node2") == ("idle", "none")
+    assert settled("node2", ("idle", "none")) == ("idle", "none")
     # a human's drain: left alone, also when the node passes
     assert on("node1", "scontrol update NodeName=node3 State=DRAIN Reason=maintenance").returncode == 0
     try:
@@ -222,6 +231,7 @@ def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_a
         assert slurm_state("node3") == ("drained", "maintenance")
     finally:
         on("node1", "scontrol update NodeName=node3 State=RESUME")
+    assert settled("node3", ("idle", "none")) == ("idle", "none")
     # no verdict: UNKNOWN, exit 3 (slurmd logs it), nothing changed
     unknown = health("node1", "--record", "/nonexistent/node-check.json")
     assert unknown.returncode == 3
@@ -239,13 +249,16 @@ def test_node_prolog_drains_a_node_whose_job_port_is_held_and_slurm_requeues(clu
     ok = on("node2", "ncclprep node prolog", timeout=60)
     record("node prolog (Prolog)", time.monotonic() - start)
     assert ok.returncode == 0 and ok.stdout.strip() == "ncclprep prolog node2: passes: the job runs", ok.stdout
-    holder = ("python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.0\", 29500)); s.listen(); "
+    # SO_REUSEADDR: the earlier jobs' connections on the port may still be in TIME_WAIT
+    holder = ("python3 -c 'import socket, time; s = socket.socket(); "
+              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", 29500)); s.listen(); "
               "time.sleep(300)' >/dev/null 2>&1 & echo $! > /root/holder.pid; sleep 1")
     assert on("node2", holder).returncode == 0
     try:
         gate = on("node2", "ncclprep node prolog", timeout=60)
         assert gate.returncode == 1, gate.stdout + gate.stderr
-        assert gate.stdout.startswith("ncclprep prolog node2: drained: ncclprep: firewall.ports_free: measured ")
+        assert gate.stdout.startswith("ncclprep prolog node2: drained: ncclprep: firewall.ports_free: measured "
+                                      "29500: python3 (pid "), gate.stdout
         assert gate.stdout.strip().endswith("; the job is requeued")
         state, reason = slurm_state("node2")
         assert state == "drained" and reason.startswith("ncclprep: firewall.ports_free:")
@@ -253,6 +266,7 @@ def test_node_prolog_drains_a_node_whose_job_port_is_held_and_slurm_requeues(clu
         on("node2", "kill $(cat /root/holder.pid); rm -f /root/holder.pid")
     assert on("node2", "sleep 1; ncclprep node check >/dev/null", timeout=120).returncode == 0
     assert "resumed" in health("node2").stdout
+    assert settled("node2", ("idle", "none")) == ("idle", "none")
     assert slurm_nodes() == {n: "idle" for n in NODES}
 
 

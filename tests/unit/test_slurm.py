@@ -67,6 +67,12 @@ def test_node_checks_exit_code_and_output_give_the_verdict():
 def test_the_reason_names_the_check_and_this_hosts_values_and_fits_sinfo():
     assert reason([SYSCTL], "node1") == "ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535"
     assert reason([SYSCTL, BANDWIDTH], "node1").endswith("expected 65535 (+1 more)")
+    ports = {"id": "firewall.ports_free", "measured": {"node1": {"29500": "python3 (pid 2045) on 0.0.0.0"}},
+             "expected": "TCP 29400, 29500, 29510 free"}
+    assert reason([ports], "node1") == ("ncclprep: firewall.ports_free: measured 29500: python3 (pid 2045) on "
+                                        "0.0.0.0, expected TCP 29400, 29500, 29510 free")
+    assert reason([dict(ports, measured=["eth0", "eth1"])], "node1").startswith(
+        "ncclprep: firewall.ports_free: measured eth0, eth1,")
     long = dict(SYSCTL, measured="x" * 500)
     assert len(reason([long], "node1")) == 200
     assert partners(BANDWIDTH, "node1") == ["node5", "node7"] and partners(SYSCTL, "node1") == []
