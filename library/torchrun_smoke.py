@@ -83,11 +83,6 @@ counters:
 """
 
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep import ddp_smoke
@@ -130,28 +125,8 @@ def main() -> None:
     if module.check_mode:
         done({"status": "SKIP", "workers": []})
 
-    workdir = tempfile.mkdtemp(prefix="ncclprep-smoke-")
-    env = dict(os.environ, NCCLPREP_RDZV_ID=p["rdzv_id"], PYTHONUNBUFFERED="1")
-    if p["nonce"]:
-        # the proof is awaited for at most half the job's deadline: a refusal, not a hang, is reported
-        env.update(NCCLPREP_RDZV_NONCE=p["nonce"], NCCLPREP_RDZV_VERIFY_TIMEOUT=str(max(p["timeout"] // 2, 10)))
-    cmd = [p["launcher"], *(["--check"] if p["check"] else []), p["script"],
-           "--steps", str(p["steps"]), "--accumulation", str(p["accumulation"]),
-           "--bucket-cap-mb", str(p["bucket_mb"]), "--timeout", str(max(p["timeout"] - 10, 10)), *p["job_args"]]
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
-                            env=env, start_new_session=True, text=True)
-    hung = False
-    try:
-        output, _ = proc.communicate(timeout=p["timeout"])
-    except subprocess.TimeoutExpired:
-        hung = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=10)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    elapsed = round(time.monotonic() - start, 3)
-    smoke = ddp_smoke.read_result(output, None if hung else proc.returncode, p["timeout"], elapsed, host)
+    smoke = ddp_smoke.run_job(p["launcher"], p["script"], p["rdzv_id"], p["steps"], p["accumulation"],
+                              p["bucket_mb"], p["timeout"], p["check"], p["nonce"], p["job_args"], host)
     done(smoke)
 
 

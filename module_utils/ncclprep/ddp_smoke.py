@@ -1,12 +1,21 @@
 """How validate.yml reads the template training job's output (the torchrun smoke job).
 
 The job itself is roles/nccl_env/files/ncclprep_train.py, installed on every node by
-nccl_env and started by the torchrun_smoke module through the launcher; each of its workers
+nccl_env and started through the launcher by ``run_job`` (the torchrun_smoke module's, and
+``ncclprep node preflight``'s); each of its workers
 prints one line ``NCCLPREP_RESULT {json}`` (its ``RESULT_MARKER``, repeated here as ``MARKER``:
 a unit test holds the two equal).
 """
 
+from __future__ import annotations
+
 import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
 
 MARKER = "NCCLPREP_RESULT "
 
@@ -57,3 +66,40 @@ def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float,
     else:
         out["status"] = "PASS"
     return out
+
+
+def run_job(launcher: str, script: str, rdzv_id: str, steps: int, accumulation: int, bucket_mb: float,
+            timeout: int, check: bool, nonce: str | None, job_args: list[str], host: str,
+            env: dict | None = None) -> dict:
+    """Run this node's part of the template training job through ``launcher`` (ncclprep-torchrun) and
+    read it (``read_result``): the job ``script`` for ``steps`` optimizer steps of ``accumulation``
+    micro-batches, DDP buckets of ``bucket_mb`` MB, rendezvous id ``rdzv_id``, the launcher's
+    ``--check`` first when ``check``; ``nonce`` is the rendezvous guard's secret (None: no guard).
+    ``env``: more variables for the launcher (``NCCLPREP_HOSTFILE`` for a job's nodes). The whole
+    job is killed at ``timeout`` seconds (status HANG). Raises nothing: a failure is a status."""
+    workdir = tempfile.mkdtemp(prefix="ncclprep-smoke-")
+    env = dict(os.environ, **(env or {}), NCCLPREP_RDZV_ID=rdzv_id, PYTHONUNBUFFERED="1")
+    if nonce:
+        # the proof is awaited for at most half the job's deadline: a refusal, not a hang, is reported
+        env.update(NCCLPREP_RDZV_NONCE=nonce, NCCLPREP_RDZV_VERIFY_TIMEOUT=str(max(timeout // 2, 10)))
+    cmd = [launcher, *(["--check"] if check else []), script, "--steps", str(steps), "--accumulation",
+           str(accumulation), "--bucket-cap-mb", str(bucket_mb), "--timeout", str(max(timeout - 10, 10)), *job_args]
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
+                                env=env, start_new_session=True, text=True)
+    except OSError as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return {"status": "FAIL", "rc": None, "workers": [], "elapsed_s": 0, "log_tail": [], "host": host,
+                "error": f"cannot start {launcher}: {exc}"}
+    hung = False
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        hung = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=10)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = round(time.monotonic() - start, 3)
+    return read_result(output, None if hung else proc.returncode, timeout, elapsed, host)

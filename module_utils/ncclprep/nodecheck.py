@@ -2,12 +2,15 @@
 
 site.yml installs this package on every node (``/opt/ncclprep/lib/ncclprep-core.zip``, run by
 ``/usr/local/sbin/ncclprep``) with the intent it computed for that node in ``INTENT_FILE``
-(mode 0600, root), the document ``intent_document`` reads::
+(mode 0644, root: a job's preflight reads it as the job's user; nothing secret is in it), the
+document ``intent_document`` reads::
 
     {"version": 1, "host": inventory name,
      "node": {node.OPTIONS: the data-plane cidr and interface, sysctl keys, names to resolve ...},
      "readers": {concern: its reader options (OPTIONS of concerns/<concern>.py)},
      "roce_qos": {concerns.roce_qos.SURVEY_SPEC's options} or null (the concern off),
+     "job": {the members' data-plane addresses, the launcher, validate.yml's preflight_* settings:
+             what ``ncclprep node preflight`` runs a Slurm job's preflight with, jobpreflight.py},
      "intent": {concern: <concern>_intent, or null where it is off}}
 
 ``read_node`` reads the node as validate.yml's node_facts does (node.read_node: node.read_facts,
@@ -118,6 +121,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _torch_python(args: list[str]) -> None:
+    """Run this command again under the torch runtime's interpreter (the intent's
+    ``node.torch_python``) when this one cannot import torch: the job's preflight runs the probes
+    in-process. Returns when it can, or when there is no other to run (the probes then report
+    torch missing)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None or os.environ.get("NCCLPREP_REEXEC"):
+        return
+    try:
+        python = intent_document().get("node", {}).get("torch_python")
+    except CouldNotRun:
+        return
+    if python and os.access(python, os.X_OK) and os.path.abspath(python) != os.path.abspath(sys.executable):
+        os.environ["NCCLPREP_REEXEC"] = "1"
+        os.execv(python, [python, "-I", os.path.abspath(sys.argv[0]), *args])
+
+
 def main(argv: list[str] | None = None) -> int:
     """``ncclprep node check [--json] [--only CONCERN...]``: the exit code (module docstring);
     ``ncclprep node health ...`` goes to nodehealth.main (Slurm's HealthCheckProgram)."""
@@ -126,10 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         from ansible.module_utils.ncclprep.nodehealth import main as slurm_main
 
         return slurm_main(args[2:], args[1])
+    if args[:2] == ["node", "preflight"]:  # a Slurm job's preflight, one task per node
+        _torch_python(args)
+        from ansible.module_utils.ncclprep.jobpreflight import main as job_main
+
+        return job_main(args[2:])
     if args[:2] != ["node", "check"]:
         print("usage: ncclprep node check [--json] [--only CONCERN ...] [--intent PATH] [--record PATH]\n"
               "       ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)\n"
-              "       ncclprep node prolog [--dry-run] [--max-age S] (ncclprep node prolog -h)",
+              "       ncclprep node prolog [--dry-run] [--max-age S] (ncclprep node prolog -h)\n"
+              "       srun --ntasks-per-node=1 ncclprep node preflight [--need K] (ncclprep node preflight -h)",
               file=sys.stderr)
         return EXIT_USAGE
     try:

@@ -493,3 +493,33 @@ def test_the_debug_settings_never_wait_on_addr2line_for_a_caught_exception(tmp_p
         proc.communicate()
         pytest.fail("a caught C++ exception waited on addr2line for 90 s under the debug settings")
     assert (proc.returncode, stdout) == (0, "caught True\n"), stderr
+
+
+def test_the_launcher_runs_on_the_nodes_a_hostfile_or_nccl_prep_nodes_names(tmp_path):
+    """A job's vetted nodes (``ncclprep node preflight --need K``'s hostfile, or its names in
+    NCCLPREP_NODES): torchrun gets their count and the first one as the rendezvous host; a node
+    not among them is refused, as are an empty list and an unreadable file."""
+    script, _ = launcher(tmp_path, "NCCL_DEBUG=WARN\n", me="node3")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# vetted\nnode2 slots=1\n\nnode3\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLPREP_")}
+
+    def dry(**env):
+        return subprocess.run([str(script), "--dry-run", "t.py"], capture_output=True, text=True, timeout=60,
+                              env={**base, **env})
+
+    run = dry(NCCLPREP_HOSTFILE=str(hostfile))
+    assert run.returncode == 0, run.stderr
+    assert "--nnodes=2 " in run.stdout and "--rdzv-endpoint=node2:29400 " in run.stdout
+    assert "--rdzv-conf=is_host=false" in run.stdout
+    run = dry(NCCLPREP_NODES="node3,node1,node2")
+    assert run.returncode == 0, run.stderr
+    assert "--nnodes=3 " in run.stdout and "--rdzv-endpoint=node3:29400 " in run.stdout
+    assert "--rdzv-conf=is_host=true" in run.stdout
+    out = dry(NCCLPREP_NODES="node1,node2")
+    assert out.returncode == 2 and "node3 is not one of NCCLPREP_NODES=node1,node2" in out.stderr
+    empty = tmp_path / "empty"
+    empty.write_text("# none\n")
+    assert "names no node" in dry(NCCLPREP_HOSTFILE=str(empty)).stderr
+    gone = dry(NCCLPREP_HOSTFILE=str(tmp_path / "absent"))
+    assert gone.returncode == 2 and "is not a readable file" in gone.stderr

@@ -1,0 +1,406 @@
+"""``ncclprep node preflight``: the preflight of one Slurm job's nodes, launched by srun.
+
+    srun --ntasks-per-node=1 ncclprep node preflight [--need K] [--report-dir DIR] [--hostfile PATH]
+
+One task per node of the job step, no Ansible and no SSH: the nodes and their ranks come from Slurm
+(SLURMD_NODENAME, its index in SLURM_STEP_NODELIST - or SLURM_JOB_NODELIST - expanded by
+``scontrol show hostnames``), everything else from the intent document site.yml installed on the
+node (nodecheck.INTENT_FILE; its ``job`` key holds the members' data-plane addresses, the launcher
+and validate.yml's preflight_* settings, so both measure and judge alike). Each task:
+
+1. joins the job's store on the first node (data-plane address, port ``net.store_port + 2``,
+   JOB_PORT_OFFSET) and posts its GPU count (its ranks: one per GPU, one on a CPU host);
+2. reads its node as ``ncclprep node check`` does (facts against the intent; the names it resolves
+   and connects to narrowed to the job's nodes);
+3. runs the network probe (netprobe.probe), the collectives and their blame
+   (collectives.host_collectives), then the template training job through the launcher on exactly
+   the job's nodes (ddp_smoke.run_job with NCCLPREP_HOSTFILE), each under its own deadline;
+4. posts its record (model.HostRecord) to the store.
+
+The first node waits for every record (a node that posts none by the deadline is reported not
+alive), evaluates them with validate.yml's checks (checks.evaluate) and writes the same reports
+(cluster.json, summary.md, report.html, junit.xml) under ``--report-dir``; it posts the verdict,
+and every task prints it and exits with its code. With ``--need K`` the nodes no failed check
+names are the vetted ones: the first node prints the vetted and excluded lists and writes the
+first K vetted, one a line, to ``--hostfile`` (for NCCLPREP_HOSTFILE of ``ncclprep-torchrun``
+and ``srun --nodelist``).
+
+Everything in the store is sealed with the job's secret (netutil.signed_store, keyed by
+``NCCLPREP_PREFLIGHT_TOKEN`` from the environment, which srun passes to every task; the example
+batch script draws one). Without it the key is derived from the job id, which seals nothing
+against a member that knows the id: only the firewall (members only) guards the store then.
+
+It runs as the job's user: what it writes is that user's claim. It never drains a node; Slurm's
+drain follows root's own measurements (nodehealth.py, docs/slurm.md).
+
+Exit codes: 0 passed (with ``--need``: at least K nodes vetted), 1 a check failed or hung (with
+``--need``: fewer than K vetted), 2 bad usage (not in a job step, one task per node not kept),
+3 could not run (no intent, the first node's store or verdict not reached by its deadline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
+
+from ansible.module_utils.ncclprep import nodecheck
+from ansible.module_utils.ncclprep.checks import BAD, evaluate
+from ansible.module_utils.ncclprep.report import build_cluster, utc_stamp, write_reports
+from ansible.module_utils.ncclprep.report.common import host_status
+
+EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
+ENV_TOKEN = "NCCLPREP_PREFLIGHT_TOKEN"
+#: The job's store listens on the network probe's store port plus this (validate.yml's ports:
+#: the probe's store and its listener, +0 and +1).
+JOB_PORT_OFFSET = 2
+#: Seconds the first node waits for the other nodes' records after its own is done, and the
+#: others for its verdict after theirs: the report's evaluation and writing, and skew.
+GATHER_SLACK_S = 60.0
+#: Deadline of ``scontrol show hostnames``, seconds.
+SCONTROL_TIMEOUT = 10.0
+
+
+class Usage(Exception):
+    """Not run as a step of one task per node (exit 2); the message says what to run."""
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """Slurm's node list expression (``node[1-3],gpu7``) expanded by ``scontrol show hostnames``.
+    Raises nodecheck.CouldNotRun when scontrol fails or passes its deadline."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=SCONTROL_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise nodecheck.CouldNotRun(f"scontrol show hostnames {nodelist}: {exc}") from None
+    if out.returncode != 0:
+        raise nodecheck.CouldNotRun(f"scontrol show hostnames {nodelist}: {out.stderr.strip() or out.returncode}")
+    return out.stdout.split()
+
+
+def job_from_env(env: Mapping[str, str], expand: Callable[[str], list[str]] | None = None) -> dict:
+    """This task's place in the job step from Slurm's environment: ``{job_id, nodes (the step's
+    node names in Slurm's order), rank (this node's index in them), node}``. ``expand``: the node
+    list expression's names (None: ``hostnames``). Raises Usage outside a job step, with more tasks than nodes or with
+    this node not in the list."""
+    missing = [k for k in ("SLURM_JOB_ID", "SLURMD_NODENAME") if not env.get(k)]
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    if missing or not nodelist:
+        raise Usage(f"{', '.join(missing) or 'SLURM_JOB_NODELIST'} not set: run it as a job step on every node, "
+                    "srun --ntasks-per-node=1 ncclprep node preflight")
+    tasks = env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS")
+    nnodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES")
+    if tasks and nnodes and tasks != nnodes:
+        raise Usage(f"{tasks} tasks on {nnodes} nodes: the preflight runs one task per node, "
+                    "srun --ntasks-per-node=1 ncclprep node preflight")
+    nodes = (expand or hostnames)(nodelist)
+    me = env["SLURMD_NODENAME"]
+    if me not in nodes:
+        raise Usage(f"this node, {me}, is not in the step's nodes {nodelist}")
+    return {"job_id": env["SLURM_JOB_ID"], "nodes": nodes, "rank": nodes.index(me), "node": me}
+
+
+def job_members(members: Mapping[str, str], nodes: list[str]) -> tuple[list[str], list[str]]:
+    """The ncclprep member names and data-plane addresses of the job's Slurm ``nodes``, in their
+    order. ``members``: the intent's ``job.members`` (member -> address). A Slurm name matches the
+    member of that name, else the one whose short name (before the first dot) it is, or whose short
+    name it is. Raises nodecheck.CouldNotRun naming the nodes that match no member."""
+    short = {}
+    for name in members:
+        short.setdefault(name.split(".")[0], name)
+    names, unknown = [], []
+    for node in nodes:
+        name = node if node in members else short.get(node) or short.get(node.split(".")[0])
+        if name is None:
+            unknown.append(node)
+        else:
+            names.append(name)
+    if unknown:
+        raise nodecheck.CouldNotRun(f"Slurm node(s) {', '.join(unknown)} are no members of this ncclprep cluster "
+                                    f"({', '.join(sorted(members))}): run site.yml with them in the inventory")
+    return names, [members[n] for n in names]
+
+
+def job_token(env: Mapping[str, str], job_id: str) -> tuple[str, bool]:
+    """The key that seals the job's stores: ``(ENV_TOKEN's value, True)``, or when it is not set
+    ``(a digest of the job id, False)`` (module docstring: it seals nothing then)."""
+    token = env.get(ENV_TOKEN)
+    if token:
+        return token, True
+    return hashlib.sha256(f"ncclprep-preflight-{job_id}".encode()).hexdigest()[:32], False
+
+
+def options(job: Mapping, names: list[str], addresses: list[str], rank: int, token: str, seed: str,
+            local_ranks: list[int]) -> dict:
+    """The network probe's and the collectives' options for this node (netprobe.ARGUMENT_SPEC's
+    keys; library/nccl_probe.py's), from the intent's ``job`` settings (validate.yml's
+    preflight_* values) and the job's nodes in rank order."""
+    net, probe = job["net"], job["probe"]
+    net_opts = {k: net[k] for k in ("store_port", "listen_port", "ports", "ephemeral_sample", "mtu",
+                                    "latency_samples", "bandwidth_seconds", "matchings", "every_pair", "repair",
+                                    "max_latency_us", "slow_z", "slow_ratio", "min_gbps", "join_timeout",
+                                    "step_timeout", "connect_timeout", "timeout")}
+    net_opts.update(rank=rank, hosts=names, addresses=addresses, token=token, seed=seed, ephemeral_range=None)
+    binding = job.get("cpu_binding") or []
+    probe_opts = {
+        "rank": rank, "hosts": names, "addresses": addresses, "master_addr": addresses[0],
+        "master_port": probe["port"], "backend": "auto", "ops": probe["ops"], "sizes": probe["sizes"],
+        "warmup": probe["warmup"], "iters": probe["iters"], "timeout": probe["timeout"],
+        "join_timeout": probe["join_timeout"], "token": token, "local_ranks": local_ranks,
+        "cpu_binding": binding if len(binding) == local_ranks[rank] else [], "blame": probe["blame"],
+        "blame_timeout": probe["blame_timeout"], "blame_floor": job["report"]["min_busbw_gbps"],
+        "slow_z": net["slow_z"], "slow_ratio": net["slow_ratio"]}
+    return {"net": net_opts, "probe": probe_opts}
+
+
+def vetted(checks: list[dict], hosts: list[str]) -> tuple[list[str], list[str]]:
+    """``(vetted, excluded)``: the hosts no failed or hung check names (report.common.host_status:
+    a check naming no host of the job counts against all), in ``hosts`` order, and the others."""
+    bad = set()
+    for check in checks:
+        if check["status"] in BAD:
+            bad |= {h for h, s in host_status(check, hosts).items() if s in BAD}
+    return [h for h in hosts if h not in bad], [h for h in hosts if h in bad]
+
+
+def verdict(checks: list[dict], hosts: list[str], need: int | None) -> dict:
+    """The job's verdict: ``{status: PASS|FAIL, code: exit code, vetted, excluded, need}``. Without
+    ``need`` the code is 1 on any failed or hung check; with it, 1 only when fewer than ``need``
+    hosts are vetted."""
+    ok, out = vetted(checks, hosts)
+    status = "FAIL" if any(c["status"] in BAD for c in checks) else "PASS"
+    failed = len(ok) < need if need else status != "PASS"
+    return {"status": status, "code": EXIT_FAILED if failed else EXIT_PASS, "vetted": ok, "excluded": out,
+            "need": need}
+
+
+def _gpus() -> int:
+    try:
+        import torch
+
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # no CUDA context before the ranks fork
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001  (no torch: the probes say so in their results)
+        return 0
+
+
+def _open_store(rank: int, world: int, address: str, port: int, token: str, timeout_s: float):
+    import torch.distributed as dist
+    from ansible.module_utils.ncclprep.netutil import bound_tcp_store, signed_store
+
+    store, sock = bound_tcp_store(dist, rank, world, address, port, timeout_s)
+    return signed_store(dist, store, token), (store, sock)
+
+
+def _wait(store, keys: list[str], timeout_s: float) -> list[str]:
+    """The keys of ``keys`` still missing after waiting up to ``timeout_s`` seconds for them."""
+    deadline = time.monotonic() + timeout_s
+    missing = list(keys)
+    while missing:
+        missing = [k for k in missing if not store.check([k])]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return missing
+
+
+def say(text: str) -> None:
+    """One progress line on stderr, stamped (srun prefixes the task with --label)."""
+    print(f"ncclprep node preflight: {datetime.datetime.now():%H:%M:%S} {text}", file=sys.stderr, flush=True)
+
+
+def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """This node's part of the job's preflight (module docstring); returns the exit code. Raises
+    nodecheck.CouldNotRun for what stops it before the measurements."""
+    settings = doc.get("job")
+    if not isinstance(settings, dict):
+        raise nodecheck.CouldNotRun(f"{nodecheck.INTENT_FILE}: no job settings: run site.yml again with this ncclprep")
+    names, addresses = job_members(settings["members"], job["nodes"])
+    rank, world = job["rank"], len(names)
+    me = names[rank]
+    token, sealed = job_token(env, job["job_id"])
+    if rank == 0 and not sealed:
+        say(f"{ENV_TOKEN} not set: the job's stores are not sealed (only the firewall guards them)")
+    port = settings["net"]["store_port"] + JOB_PORT_OFFSET
+    try:
+        store, keep = _open_store(rank, world, addresses[0], port, token, settings["probe"]["join_timeout"] + 30)
+    except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
+        raise nodecheck.CouldNotRun(f"the job's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
+    store.set(f"gpus/{rank}", str(_gpus()))
+    late = _wait(store, [f"gpus/{r}" for r in range(world)], settings["probe"]["join_timeout"])
+    gpus = [int(store.get(f"gpus/{r}")) if f"gpus/{r}" not in late else 0 for r in range(world)]
+    fixed = settings["probe"]["local_ranks"]
+    local_ranks = [int(fixed) if fixed else max(g, 1) for g in gpus]
+    o = options(settings, names, addresses, rank, token, f"slurm-{job['job_id']}", local_ranks)
+    record: dict = {"alive": True, "facts": None, "intent": doc.get("intent"), "ssh": None, "drift": None,
+                    "net": None, "probe": None, "blame": None, "smoke": None, "counters": None}
+    say(f"{me}: rank {rank} of {world} ({', '.join(names)}); reading the node")
+    reading = {k: doc.get(k) for k in ("node", "readers", "roce_qos")}
+    if reading["node"]:
+        reading["node"] = dict(reading["node"], names=[e for e in reading["node"].get("names") or []
+                                                        if e.get("host") in names])
+    try:
+        record["facts"] = nodecheck.read_node(reading)
+    except nodecheck.CouldNotRun as exc:
+        say(f"{me}: the node's reading failed: {exc}")
+    from ansible.module_utils.ncclprep.netprobe import probe as net_probe
+    from ansible.module_utils.ncclprep.netprobe import torch_missing
+
+    try:
+        import torch  # noqa: F401
+
+        torch_error = None
+    except ImportError as exc:
+        torch_error = torch_missing(str(exc))
+    if settings.get("env_file") and os.path.exists(settings["env_file"]):
+        from ansible.module_utils.ncclprep.envfile import read_env_file
+
+        os.environ.update(read_env_file(settings["env_file"]))
+    if settings["net"]["enabled"] and world > 1:
+        say(f"{me}: the network probe (deadline {o['net']['timeout']} s)")
+        record["net"] = net_probe(o["net"], torch_error)
+    if settings["probe"]["enabled"]:
+        from ansible.module_utils.ncclprep.collectives import host_collectives, rank_layout
+
+        say(f"{me}: the collectives (deadline {o['probe']['timeout']} s)")
+        record["probe"] = host_collectives(o["probe"], me, rank_layout(local_ranks, world), torch_error)
+    if settings["smoke"]["enabled"] and settings.get("launcher"):
+        from ansible.module_utils.ncclprep.ddp_smoke import run_job
+
+        smoke = settings["smoke"]
+        say(f"{me}: the training smoke job through {settings['launcher']} (deadline {smoke['timeout']} s)")
+        with tempfile.NamedTemporaryFile("w", prefix="ncclprep-job-", suffix=".hosts") as fh:
+            fh.write("".join(f"{n}\n" for n in names))
+            fh.flush()
+            record["smoke"] = run_job(settings["launcher"], settings["script"], f"ncclprep-preflight-{job['job_id']}",
+                                      smoke["steps"], smoke["accumulation"], 25, smoke["timeout"], True, token, [],
+                                      me, env={"NCCLPREP_HOSTFILE": fh.name})
+    netdev = ((record["facts"] or {}).get("data_plane") or {}).get("interface")
+    if netdev:
+        from ansible.module_utils.ncclprep.portstate import read_counters
+
+        record["counters"] = read_counters("/sys", [netdev])
+    store.set(f"record/{rank}", json.dumps(record, default=str))
+    if rank == 0:
+        return _judge(store, record, names, settings, opts, job)
+    say(f"{me}: done; waiting for {names[0]}'s verdict")
+    if _wait(store, ["verdict"], GATHER_SLACK_S * 2):
+        print(f"ncclprep node preflight: {me}: no verdict from {names[0]} within {GATHER_SLACK_S * 2:g} s",
+              file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
+    result = json.loads(store.get("verdict"))
+    print(f"ncclprep node preflight: {me}: {result['line']}")
+    return result["code"]
+
+
+def _judge(store, mine: dict, names: list[str], settings: dict, opts: argparse.Namespace, job: dict) -> int:
+    """The first node's part after its own record: gather, evaluate, write, post the verdict."""
+    world = len(names)
+    say(f"{names[0]}: waiting for the other nodes' records")
+    late = set(_wait(store, [f"record/{r}" for r in range(1, world)], GATHER_SLACK_S))
+    records = {names[0]: mine}
+    for r in range(1, world):
+        key = f"record/{r}"
+        records[names[r]] = {"alive": False} if key in late else json.loads(store.get(key))
+    blame = (mine.get("probe") or {}).get("blame")
+    for rec in records.values():  # the collective blame ran on the first node: every record holds it
+        if rec.get("alive", True):
+            rec["blame"] = blame
+    report = settings["report"]
+    limits = {"max_latency_us": settings["net"]["max_latency_us"], "slow_z": settings["net"]["slow_z"],
+              "slow_ratio": settings["net"]["slow_ratio"], "min_gbps": settings["net"]["min_gbps"],
+              "link_floor_ratio": report["link_floor_ratio"]}
+    checks = evaluate(records, names, report["min_busbw_gbps"], limits, report["expect_net"])
+    cluster = build_cluster(checks, names, records, utc_stamp(),
+                            limits={"min_busbw_gbps": report["min_busbw_gbps"], "expect_net": report["expect_net"],
+                                    "net_limits": limits})
+    cluster["slurm"] = {"job_id": job["job_id"], "nodes": job["nodes"]}
+    result = verdict(checks, names, opts.need)
+    try:
+        run_dir = write_reports(opts.report_dir, cluster, records, cluster["generated_at"])
+    except OSError as exc:
+        run_dir = None
+        print(f"ncclprep node preflight: cannot write the reports under {opts.report_dir}: {exc}", file=sys.stderr)
+    problems = [f"{c['status']} {c['id']} [{', '.join(c['hosts'])}]: {' '.join(str(c['message']).split())}"
+                for c in checks if c["status"] in BAD]
+    line = f"preflight {result['status']} on {world} nodes, report {run_dir}/summary.md"
+    if opts.need:
+        line += (f"; vetted {len(result['vetted'])} of {world} (need {opts.need}): {','.join(result['vetted'])}"
+                 f"; excluded: {','.join(result['excluded']) or 'none'}")
+        if len(result["vetted"]) >= opts.need:
+            try:
+                with open(opts.hostfile, "w", encoding="utf-8") as fh:
+                    fh.write("".join(f"{h}\n" for h in result["vetted"][:opts.need]))
+                line += f"; hostfile {opts.hostfile}"
+            except OSError as exc:
+                result["code"] = EXIT_COULD_NOT_RUN
+                line += f"; cannot write the hostfile {opts.hostfile}: {exc}"
+    store.set("verdict", json.dumps({"code": result["code"], "line": line}))
+    for text in problems:
+        print(f"ncclprep node preflight: {text}", file=sys.stderr)
+    print(f"ncclprep node preflight: {line}")
+    if opts.json:
+        print(json.dumps(dict(result, report_dir=run_dir, problems=problems), sort_keys=True))
+    # the others read the verdict from this node's store: keep it up until they have it
+    time.sleep(2)
+    return result["code"]
+
+
+def parser() -> argparse.ArgumentParser:
+    submit = os.environ.get("SLURM_SUBMIT_DIR") or "."
+    p = argparse.ArgumentParser(
+        prog="ncclprep node preflight", allow_abbrev=False,
+        description="The preflight of this Slurm job's nodes: the network probe, the collectives, the blame and the "
+                    "training smoke job on exactly the job's nodes; run as the job's first step, "
+                    "srun --ntasks-per-node=1 ncclprep node preflight.",
+        epilog="exit codes: 0 passed (with --need: at least K nodes vetted); 1 a check failed or hung (with --need: "
+               "fewer than K vetted); 2 bad usage; 3 could not run.")
+    p.add_argument("--need", type=int, metavar="K",
+                   help="the job over-allocated: pass when at least K nodes are vetted, and write the first K to "
+                        "--hostfile")
+    p.add_argument("--report-dir", default=os.path.join(submit, "ncclprep-reports"),
+                   help="where the first node writes the run's reports (default $SLURM_SUBMIT_DIR/ncclprep-reports)")
+    job_id = os.environ.get("SLURM_JOB_ID", "job")
+    p.add_argument("--hostfile", default=os.path.join(submit, f"ncclprep-hosts.{job_id}"),
+                   help="where --need writes the vetted nodes (default $SLURM_SUBMIT_DIR/ncclprep-hosts.<job id>)")
+    p.add_argument("--intent", default=nodecheck.INTENT_FILE,
+                   help=f"the intent document (default {nodecheck.INTENT_FILE})")
+    p.add_argument("--json", action="store_true", help="the first node also prints the verdict as JSON")
+    return p
+
+
+def main(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+    """``ncclprep node preflight [options]``: the exit code (module docstring)."""
+    env = os.environ if env is None else env
+    try:
+        opts = parser().parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_PASS if exc.code == 0 else EXIT_USAGE
+    host = env.get("SLURMD_NODENAME") or socket.gethostname()
+    if opts.need is not None and opts.need < 1:
+        print(f"ncclprep node preflight: {host}: --need={opts.need}: valid: an integer >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        job = job_from_env(env)
+        if opts.need is not None and opts.need > len(job["nodes"]):
+            raise Usage(f"--need={opts.need} is more than the step's {len(job['nodes'])} nodes")
+        doc = nodecheck.intent_document(opts.intent)
+        return run(doc, job, opts, env)
+    except Usage as exc:
+        print(f"ncclprep node preflight: {host}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except nodecheck.CouldNotRun as exc:
+        print(f"ncclprep node preflight: {host}: {exc}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
+    except Exception:  # a crash: say where, exit 3, never a traceback alone
+        print(f"ncclprep node preflight: {host}: crashed:\n{traceback.format_exc()}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
