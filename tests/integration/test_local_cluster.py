@@ -270,6 +270,71 @@ def test_node_prolog_drains_a_node_whose_job_port_is_held_and_slurm_requeues(clu
     assert slurm_nodes() == {n: "idle" for n in NODES}
 
 
+EXAMPLE = "/usr/local/share/ncclprep/slurm/preflight-train.sbatch"
+
+
+def batch(folder: str, need: int, what: str) -> tuple[subprocess.CompletedProcess, str]:
+    """The example batch job (site.yml installs it) on all nodes with NCCLPREP_NEED=``need``,
+    submitted from ``folder`` on node1 and waited for; returns sbatch's result and the job's output."""
+    start = time.monotonic()
+    job = on("node1", f"rm -rf {folder} && mkdir -p {folder} && cd {folder} && NCCLPREP_NEED={need} "
+                      f"timeout 400 sbatch --wait --parsable --nodes {len(NODES)} {EXAMPLE}", timeout=420)
+    record(what, time.monotonic() - start)
+    output = on("node1", f"cat {folder}/ncclprep-*.out").stdout
+    return job, output
+
+
+def test_the_example_batch_job_runs_the_preflight_then_trains_on_the_vetted_nodes(cluster):
+    """Issue 25 item 3: the example batch job's first step, ``srun ncclprep node preflight --need 2``,
+    runs the probe, the collectives and the smoke job on the job's 3 nodes without Ansible and
+    writes validate.yml's reports (PASS, every check of validate.yml's run but ssh and drift); then
+    the training job runs through the launcher on the 2 vetted nodes it wrote to the hostfile."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    folder = "/tmp/ncclprep-example"
+    job, output = batch(folder, 2, "srun preflight + training (example batch job)")
+    assert job.returncode == 0, job.stdout + job.stderr + output
+    job_id = job.stdout.strip()
+    assert f"0: ncclprep node preflight: preflight PASS on 3 nodes, report {folder}/ncclprep-reports/" in output
+    assert "vetted 3 of 3 (need 2): node1,node2,node3; excluded: none" in output
+    assert on("node1", f"cat {folder}/ncclprep-hosts.{job_id}").stdout.split() == ["node1", "node2"]
+    assert "training on 2 vetted node(s): node1,node2" in output
+    results = [json.loads(line.split("NCCLPREP_RESULT ", 1)[1]) for line in output.splitlines()
+               if "NCCLPREP_RESULT " in line]
+    assert sorted(r["host"] for r in results) == ["node1", "node2"], output
+    assert all(r["world_size"] == 2 and r["params_identical"] for r in results)
+    cluster_json = json.loads(on("node1", f"cat {folder}/ncclprep-reports/latest/cluster.json").stdout)
+    assert cluster_json["status"] == "PASS" and cluster_json["hosts"] == NODES
+    assert cluster_json["slurm"] == {"job_id": job_id, "nodes": NODES}
+    ran = {c["id"]: c["status"] for c in cluster_json["checks"]}
+    assert ran["torchrun.smoke"] == "PASS" and ran["net.bandwidth"] == "PASS" and ran["host.reachable"] == "PASS"
+    assert ran["collective.all_reduce"] == "PASS" and ran["drift.files"] == "SKIP"
+    assert on("node1", f"test -s {folder}/ncclprep-reports/latest/report.html && "
+                       f"test -s {folder}/ncclprep-reports/latest/junit.xml").returncode == 0
+
+
+def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_others(cluster):
+    """Issue 25 item 4: node3's link rate-limited (tc tbf 200 Mbit/s): the job's preflight names node3
+    (net.bandwidth), excludes it and vets node1 and node2; with NCCLPREP_NEED=2 the training runs
+    on those two and the job exits 0. Without enough vetted nodes (need 3) the job ends at the
+    preflight with its exit code 1, and no training starts."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    assert on("node3", "tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 100ms").returncode == 0
+    try:
+        job, output = batch("/tmp/ncclprep-throttled", 2, "srun preflight + training, node3 throttled")
+        assert job.returncode == 0, job.stdout + job.stderr + output
+        assert "0: ncclprep node preflight: FAIL net.bandwidth [node3]: " in output, output
+        assert "vetted 2 of 3 (need 2): node1,node2; excluded: node3" in output
+        assert "training on 2 vetted node(s): node1,node2" in output
+        assert output.count('"params_identical": true') == 2, output
+        short, output = batch("/tmp/ncclprep-throttled-all", 3, "srun preflight, node3 throttled, need 3")
+        assert short.returncode != 0
+        assert "vetted 2 of 3 (need 3): node1,node2; excluded: node3" in output
+        assert "training on" not in output
+    finally:
+        on("node3", "tc qdisc del dev eth0 root")
+    assert slurm_nodes() == {n: "idle" for n in NODES}
+
+
 def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():
     """A short run of bench/preflight.py and bench/fidelity.py (issue 13) on the provisioned cluster."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the test before"
