@@ -132,9 +132,11 @@ def worktree(rev: str) -> Iterator[str]:
             subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
 
 
-def cluster(action: str, nodes: int | None = None, timeout: int = 900) -> None:
-    """``scripts/local_cluster.sh ACTION [NODES]`` (up, grow, down); raises RuntimeError when it fails."""
-    cmd = [os.path.join(REPO, "scripts", "local_cluster.sh"), action] + ([str(nodes)] if nodes else [])
+def cluster(action: str, nodes: int | None = None, timeout: int = 900, slurm: bool = False) -> None:
+    """``scripts/local_cluster.sh ACTION [NODES] [--slurm]`` (up, grow, down; ``slurm``: up with Slurm,
+    which a grow keeps); raises RuntimeError when it fails."""
+    cmd = ([os.path.join(REPO, "scripts", "local_cluster.sh"), action] + ([str(nodes)] if nodes else [])
+           + (["--slurm"] if slurm and action == "up" else []))
     out = run(cmd, timeout)
     if out.rc != 0:
         raise RuntimeError(f"local_cluster.sh {action} {nodes or ''} failed (rc {out.rc}): {out.stdout[-1500:]}")

@@ -147,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         from ansible.module_utils.ncclprep.nodehealth import main as slurm_main
 
         return slurm_main(args[2:], args[1])
+    if args[:2] == ["report", "--history"]:  # the ledger of this node's verdicts
+        from ansible.module_utils.ncclprep.nodehealth import history_main
+
+        return history_main(args[2:])
     if args[:2] == ["node", "preflight"]:  # a Slurm job's preflight, one task per node
         _torch_python(args)
         from ansible.module_utils.ncclprep.jobpreflight import main as job_main
@@ -156,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: ncclprep node check [--json] [--only CONCERN ...] [--intent PATH] [--record PATH]\n"
               "       ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)\n"
               "       ncclprep node prolog [--dry-run] [--max-age S] (ncclprep node prolog -h)\n"
-              "       srun --ntasks-per-node=1 ncclprep node preflight [--need K] (ncclprep node preflight -h)",
+              "       srun --ntasks-per-node=1 ncclprep node preflight [--need K] (ncclprep node preflight -h)\n"
+              "       ncclprep report --history [--json]",
               file=sys.stderr)
         return EXIT_USAGE
     try:

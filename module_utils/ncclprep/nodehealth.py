@@ -117,6 +117,47 @@ def update_ledger(path: str, host: str, verdict: dict, keep: int = LEDGER_KEEP) 
     return entries
 
 
+def render_history(host: str, entries: list[dict]) -> str:
+    """The ledger as ``ncclprep report --history`` prints it: a line per node check run, oldest
+    first (its time, verdict, whether every failure was the network's, the partners, the failed
+    checks), then the network strikes that count toward a drain (slurm.strikes)."""
+    if not entries:
+        return f"{host}: no verdicts in the ledger yet (ncclprep node health adds each node check's)"
+    lines = [f"{'run':32s} {'verdict':7s} {'network':7s} {'partners':16s} checks"]
+    for e in entries:
+        lines.append(f"{str(e.get('run')):32s} {str(e.get('status')):7s} {'yes' if e.get('network') else 'no':7s} "
+                     f"{','.join(e.get('partners') or []) or '-':16s} {', '.join(e.get('checks') or []) or '-'}")
+    hits = sorted(slurm.strikes(entries))
+    lines.append(f"{host}: {len(entries)} verdicts; network strikes {len(hits)}"
+                 + (f" ({', '.join(hits)}): a drain needs 2 with different partners" if hits else ""))
+    return "\n".join(lines)
+
+
+def history_main(argv: list[str]) -> int:
+    """``ncclprep report --history [--ledger PATH] [--json]``: this node's ledger; exit 0, 2 bad
+    usage, 3 when the ledger cannot be read."""
+    p = argparse.ArgumentParser(prog="ncclprep report --history", allow_abbrev=False,
+                                description="This node's past verdicts, as the health check keeps them (the ledger "
+                                            "the two-strike rule reads).")
+    p.add_argument("--ledger", default=LEDGER_FILE, help=f"the ledger (default {LEDGER_FILE})")
+    p.add_argument("--json", action="store_true", help="print the entries as JSON")
+    try:
+        opts = p.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_ACTED if exc.code == 0 else EXIT_USAGE
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        with open(opts.ledger, encoding="utf-8") as fh:
+            entries = [e for e in json.load(fh) if isinstance(e, dict)]
+    except FileNotFoundError:
+        entries = []
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"ncclprep report --history: {host}: cannot read {opts.ledger}: {exc}")
+        return EXIT_UNKNOWN
+    print(json.dumps(entries, indent=1) if opts.json else render_history(host, entries))
+    return EXIT_ACTED
+
+
 def refresh(record_path: str, refresh_after: float, age_s: float | None, command: list[str] = REFRESH) -> bool:
     """Start ``command`` detached (its own session, no output kept) when the record is missing or
     older than ``refresh_after`` seconds and no refresh holds the lock file beside the record;

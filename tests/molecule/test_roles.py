@@ -31,7 +31,8 @@ REPO = ncclprep.REPO_ROOT
 #: longest first (a role not listed first of all), so the two lanes end close together: in
 #: name order the lane with firewall (241 s) and nic_mtu (163 s) ended about a minute after the other.
 SCENARIO_SECONDS = {"firewall": 241, "nic_mtu": 163, "ssh_trust": 105, "torch_runtime": 88, "nccl_env": 86,
-                    "rps_rfs": 75, "numa_pinning": 64, "sysctl_tuning": 62, "host_names": 55, "roce_qos": 43}
+                    "rps_rfs": 75, "numa_pinning": 64, "sysctl_tuning": 62, "host_names": 55, "roce_qos": 43,
+                    "slurm_health": 79}
 ROLES = sorted((os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(p))))
                 for p in glob.glob(os.path.join(REPO, "roles", "*", "molecule", "default", "molecule.yml"))),
                key=lambda role: (-SCENARIO_SECONDS.get(role, 10**6), role))

@@ -820,10 +820,15 @@ def test_evaluate_runs_every_registry_entry_in_order_with_its_records(monkeypatc
 
 def every_concern():
     """``healthy()`` with every concern on: an intent and facts for rps_rfs, roce_qos, numa_pinning,
-    firewall and ssh_trust too (each check passes)."""
+    firewall, ssh_trust and slurm_health too (each check passes)."""
     rec = healthy()
+    lines = {"HealthCheckProgram": "/usr/local/sbin/ncclprep-health", "HealthCheckInterval": 300}
     for h in HOSTS:
-        rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1})
+        rec[h]["intent"].update(rps_rfs={"cpus": "0-1", "flow_cnt": 1},
+                                slurm_health={"config": "/etc/slurm/slurm.conf", "lines": lines})
+        rec[h]["facts"]["slurm_health"] = {"config": "/etc/slurm/slurm.conf", "exists": True,
+                                           "settings": {"healthcheckprogram": "/usr/local/sbin/ncclprep-health",
+                                                        "HealthCheckInterval": "300", "ClusterName": "c"}}
         _roce(rec[h])
         rec[h]["facts"]["rps_rfs"] = _rx_queues({"rx-0": {"rps_cpus": "0-1", "rps_flow_cnt": 1}})
         _fw(_numa(rec[h]))
@@ -836,7 +841,8 @@ def test_report_order_and_ids_are_the_registry_order():
     assert ids == ["host.reachable", "data_plane.interface", "names.resolve", "names.reachable", "data_plane.mtu",
                    "sysctl.net.core.netdev_budget", "sysctl.net.core.somaxconn", "sysctl.net.ipv4.tcp_rmem",
                    "rps_rfs.queues", "numa.binding", "numa.irq_affinity", "roce.qos", "ssh.trust", "firewall.rules",
-                   "versions.torch", "nccl_env.ifname", "links.rdma", "links.counters", "tools.findings",
+                   "versions.torch", "nccl_env.ifname", "slurm.health", "links.rdma", "links.counters",
+                   "tools.findings",
                    "dataset.path", "drift.files", "net.run", "collective.reduce_scatter",
                    "collective.all_reduce", "collective.transport", "torchrun.smoke"]
 

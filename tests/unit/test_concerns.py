@@ -60,7 +60,7 @@ def test_the_check_registry_and_the_playbooks_list_come_from_the_concerns():
     assert [e.check for e in checks.REGISTRY if e.module in NAMES] == [c.check for c in concerns.CONCERNS]
     assert [r["name"] for r in concerns.rows()] == NAMES
     assert {r["name"] for r in concerns.rows() if r["reader"]} == {"nic_mtu", "rps_rfs", "numa_pinning", "ssh_trust",
-                                                                   "firewall", "nccl_env"}
+                                                                   "firewall", "nccl_env", "slurm_health"}
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(PACKAGE, "*.py"))

@@ -363,7 +363,7 @@ def role_tasks(role: str) -> str:
 
 def test_every_file_site_yml_writes_is_in_a_manifest():
     assert set(manifests()) == {"nccl_env", "sysctl_tuning", "ssh_trust", "rps_rfs", "numa_pinning", "roce_qos",
-                                "nic_mtu", "firewall", "host_names"}
+                                "nic_mtu", "firewall", "host_names", "slurm_health"}
     dests = {role: [(e.get("kind", "file"), e["dest"]) for e in entries] for role, entries in manifests().items()}
     assert dests["host_names"] == [("block", "{{ host_names_file }}")]
     assert dests["ssh_trust"] == [("file", "{{ ssh_trust_client_config }}"), ("lines", "{{ ssh_trust_known_hosts }}")]
@@ -387,6 +387,8 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
         # reads; every full site.yml run writes them (tests/integration holds its rows to validate.yml's)
         ("preflight", "Install the node-side core"),
         ("preflight", "Install the ncclprep command and this node's intent"),
+        # lines of a file Slurm's admin owns: check slurm.health compares them (concerns/slurm_health.py)
+        ("slurm_health", "Set ncclprep's lines in slurm.conf"),
     }
     writers = ("ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.blockinfile",
                "ansible.builtin.lineinfile", "ansible.builtin.known_hosts", "managed_files")  # not its state check

@@ -186,3 +186,26 @@ def test_the_prolog_lets_the_job_run_when_it_passes_cannot_tell_or_may_not_drain
 def test_the_prologs_reading_without_an_intent_is_unknown_in_time(tmp_path):
     rows, why = quick_rows(str(tmp_path / "intent.json"), deadline=5)
     assert rows is None and "intent.json does not exist: run site.yml on this node first" in why
+
+
+def test_report_history_prints_the_ledger_and_the_strikes_that_count(tmp_path, capsys, monkeypatch):
+    """``ncclprep report --history`` on a node: one line per verdict, the network strikes with their
+    partners; an empty ledger says so; an unreadable one exits 3."""
+    monkeypatch.setenv("SLURMD_NODENAME", "node2")
+    ledger = tmp_path / "ledger.json"
+    bw = {"id": "net.bandwidth", "status": "FAIL", "hosts": ["node2 -> node3"], "message": "slow"}
+    for minutes, rows in ((3, [bw]), (2, [PASSING]), (1, [dict(bw, hosts=["node1 -> node2"])])):
+        update_ledger(str(ledger), "node2", record_verdict(record(rows, minutes), 900, NOW))
+    assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5 and lines[0].split() == ["run", "verdict", "network", "partners", "checks"]
+    assert lines[1].split()[1:] == ["FAIL", "yes", "node3", "net.bandwidth"]
+    assert lines[2].split()[1:] == ["PASS", "no", "-", "-"]
+    assert lines[3].split()[1:] == ["FAIL", "yes", "node1", "net.bandwidth"]
+    assert lines[4] == ("node2: 3 verdicts; network strikes 2 (node1, node3): a drain needs 2 with different "
+                        "partners")
+    assert nodecheck.main(["report", "--history", "--ledger", str(tmp_path / "none")]) == 0
+    assert "no verdicts in the ledger yet" in capsys.readouterr().out
+    ledger.write_text("{not json")
+    assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 3
+    assert f"cannot read {ledger}" in capsys.readouterr().out

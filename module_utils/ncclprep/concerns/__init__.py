@@ -44,6 +44,7 @@ from ansible.module_utils.ncclprep.concerns import (
     numa_pinning,
     roce_qos,
     rps_rfs,
+    slurm_health,
     ssh_trust,
     sysctl_tuning,
     torch_runtime,
@@ -52,7 +53,7 @@ from ansible.module_utils.ncclprep.options import coerce
 
 #: Every concern, in the order site.yml applies them.
 CONCERNS: tuple[ModuleType, ...] = (host_names, nic_mtu, sysctl_tuning, rps_rfs, numa_pinning, roce_qos, ssh_trust,
-                                    firewall, torch_runtime, nccl_env)
+                                    firewall, torch_runtime, nccl_env, slurm_health)
 
 
 def name_of(concern: ModuleType) -> str:

@@ -1,0 +1,99 @@
+"""The slurm_health concern (module_utils/ncclprep/concerns/slurm_health.py): slurm.conf read as
+Slurm reads it, the intent's lines and its refusals, the check slurm.health; the role's wrappers
+rendered and run against a fake ncclprep."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from ansible.module_utils.ncclprep.concerns import slurm_health
+from ansible.module_utils.ncclprep.concerns.slurm_health import check, intent, parse_slurm_conf, read_conf
+from ansible.module_utils.ncclprep.model import Context
+from test_role_templates import render
+
+CONF = """# slurm.conf
+ClusterName=c   SlurmctldHost=node1(10.0.0.1)
+healthcheckprogram=/usr/sbin/nhc   # a site's own
+HealthCheckInterval=60
+NodeName=node[1-3] CPUs=2 State=UNKNOWN Prolog=nonsense
+PartitionName=main Nodes=ALL Default=YES
+HealthCheckInterval=120
+"""
+V = {"slurm_health_config": "/etc/slurm/slurm.conf", "slurm_health_program": "/usr/local/sbin/ncclprep-health",
+     "slurm_health_interval": 300, "slurm_health_node_state": "any",
+     "slurm_health_prolog": "/usr/local/sbin/ncclprep-prolog", "slurm_health_prolog_enabled": True}
+
+
+def test_slurm_conf_settings_are_read_as_slurm_reads_them():
+    assert parse_slurm_conf(CONF) == {"ClusterName": "c", "SlurmctldHost": "node1(10.0.0.1)",
+                                      "healthcheckprogram": "/usr/sbin/nhc", "HealthCheckInterval": "120"}
+
+
+def test_a_missing_slurm_conf_reads_as_absent(tmp_path):
+    assert read_conf(str(tmp_path / "none")) == {"config": str(tmp_path / "none"), "exists": False, "settings": {}}
+    (tmp_path / "slurm.conf").write_text(CONF)
+    assert read_conf(str(tmp_path / "slurm.conf"))["settings"]["HealthCheckInterval"] == "120"
+
+
+def test_the_intent_is_the_lines_that_run_ncclprep_and_refuses_bad_values():
+    want = intent(V, {})
+    assert want["lines"] == {"HealthCheckProgram": "/usr/local/sbin/ncclprep-health", "HealthCheckInterval": 300,
+                             "HealthCheckNodeState": "ANY", "Prolog": "/usr/local/sbin/ncclprep-prolog"}
+    assert "Prolog" not in intent(dict(V, slurm_health_prolog_enabled=False), {})["lines"]
+    for name, value, message in (("slurm_health_interval", 0, "slurm_health_interval=0: valid: seconds, 1 to 65535"),
+                                 ("slurm_health_interval", "soon", "slurm_health_interval=soon: valid"),
+                                 ("slurm_health_node_state", "IDLE,BUSY", "slurm_health_node_state=IDLE,BUSY: valid"),
+                                 ("slurm_health_program", "ncclprep-health", "slurm_health_program=ncclprep-health: "
+                                                                             "valid: an absolute path")):
+        with pytest.raises(ValueError, match=message):
+            intent(dict(V, **{name: value}), {})
+
+
+def record(settings, exists=True):
+    return {"alive": True, "intent": {"slurm_health": intent(V, {})},
+            "facts": {"slurm_health": {"config": "/etc/slurm/slurm.conf", "exists": exists, "settings": settings}}}
+
+
+def test_the_check_names_the_hosts_whose_slurm_conf_differs_with_what_it_says():
+    good = {"HealthCheckProgram": "/usr/local/sbin/ncclprep-health", "healthcheckinterval": "300",
+            "HealthCheckNodeState": "ANY", "Prolog": "/usr/local/sbin/ncclprep-prolog"}
+    records = {"node1": record(good), "node2": record(dict(good, Prolog="/etc/slurm/prolog.sh")),
+               "node3": record({}, exists=False)}
+    (c,) = check(records, Context(all_hosts=("node1", "node2", "node3")))
+    assert c["id"] == "slurm.health" and c["status"] == "FAIL" and c["hosts"] == ["node2", "node3"]
+    assert c["measured"] == {"node2": {"Prolog": "/etc/slurm/prolog.sh"}, "node3": "no /etc/slurm/slurm.conf"}
+    (ok,) = check({"node1": record(good)}, Context(all_hosts=("node1",)))
+    assert ok["status"] == "PASS"
+    off = {"node1": {"alive": True, "intent": {"slurm_health": None}, "facts": {}}}
+    assert check(off, Context(all_hosts=("node1",))) == []
+    assert slurm_health.SWITCH == "slurm_health_enabled" and slurm_health.IDS == ("slurm.health",)
+
+
+@pytest.fixture(scope="module")
+def wrappers(tmp_path_factory):
+    """The role's two wrappers rendered around a fake ncclprep that records its arguments and exits
+    with the code in the file ``rc``."""
+    folder = tmp_path_factory.mktemp("wrappers")
+    fake = folder / "ncclprep"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {folder}/args\nexit "$(cat {folder}/rc)"\n')
+    fake.chmod(0o755)
+    out = {}
+    for name in ("prolog", "health"):
+        script = folder / name
+        script.write_text(render("slurm_health", f"ncclprep-{name}.sh.j2", folder, preflight_node_command=str(fake)))
+        script.chmod(0o755)
+        out[name] = script
+    return folder, out
+
+
+@pytest.mark.parametrize("rc, want", [(0, 0), (1, 1), (3, 0), (124, 0)])
+def test_the_prolog_wrapper_requeues_only_on_a_measured_failure(wrappers, rc, want):
+    """ncclprep node prolog's exit 1 (it drained the node) reaches Slurm; could-not-tell (3) and a
+    run past the wrapper's deadline (124) let the job run; the health check's code passes through."""
+    folder, scripts = wrappers
+    (folder / "rc").write_text(str(rc))
+    assert subprocess.run([str(scripts["prolog"])], timeout=30).returncode == want
+    assert (folder / "args").read_text().split() == ["node", "prolog"]
+    assert subprocess.run([str(scripts["health"]), "--dry-run"], timeout=30).returncode == rc
+    assert (folder / "args").read_text().split() == ["node", "health", "--dry-run"]
