@@ -253,7 +253,7 @@ def test_each_reader_takes_its_own_options_only():
     assert concerns.reader_options("rps_rfs", {"interface": "eth1"}) == {"interface": "eth1"}
     for concern, options, message in [
         ("roce_qos", {}, "'roce_qos' is not a concern read here (valid: nic_mtu, rps_rfs, numa_pinning, ssh_trust, "
-                         "firewall, nccl_env)"),
+                         "firewall, nccl_env, slurm_health)"),
         ("nic_mtu", {"persist": "systemd"}, "nic_mtu: persist='systemd'; valid: auto, netplan, ifupdown, "
                                             "networkmanager, none"),
         ("rps_rfs", {"interface": "eth0", "backend": "ufw"}, "rps_rfs: unknown option(s) ['backend']; valid: "
