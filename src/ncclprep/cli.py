@@ -230,8 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(subparser=p)
     sub.add_parser("doctor", help="read a failed job's logs and tool output offline", add_help=False)
     sub.add_parser("node", help="node check: this node's checks against the intent site.yml installed, "
-                                "no Ansible (also /usr/local/sbin/ncclprep on every node); node health: "
-                                "Slurm's HealthCheckProgram on that check's record", add_help=False)
+                                "no Ansible (also /usr/local/sbin/ncclprep on every node); node health and "
+                                "node prolog: Slurm's HealthCheckProgram and Prolog on that check's record; "
+                                "node preflight: a Slurm job's preflight, one srun task per node",
+                      add_help=False)
     return parser
 
 
