@@ -18,8 +18,14 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 
-from ncclprep import REPO_ROOT as REPO
-from ncclprep.runner import playbook_env
+# This checkout's package, not whichever one the venv was installed from (an editable install of
+# another clone would run that clone's playbooks): its src/ first on sys.path.
+_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+if _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
+
+from ncclprep import REPO_ROOT as REPO  # noqa: E402
+from ncclprep.runner import playbook_env  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 

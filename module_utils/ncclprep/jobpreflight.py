@@ -9,7 +9,10 @@ node (nodecheck.INTENT_FILE; its ``job`` key holds the members' data-plane addre
 and validate.yml's preflight_* settings, so both measure and judge alike). Each task:
 
 1. joins the job's store on the first node (data-plane address, port ``net.store_port + 2``,
-   JOB_PORT_OFFSET) and posts its GPU count (its ranks: one per GPU, one on a CPU host);
+   JOB_PORT_OFFSET) and posts its GPU count (its ranks: one per GPU, one on a CPU host); the
+   first node waits ``probe.join_timeout`` seconds for them and posts who takes part, so that a
+   node that cannot run (no intent, no torch, down) costs the others that wait, not a hang: the
+   rest measure among themselves and the report names it (host.reachable);
 2. reads its node as ``ncclprep node check`` does (facts against the intent; the names it resolves
    and connects to narrowed to the job's nodes);
 3. runs the network probe (netprobe.probe), the collectives and their blame
@@ -235,19 +238,36 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         store, keep = _open_store(rank, world, addresses[0], port, token, settings["probe"]["join_timeout"] + 30)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise nodecheck.CouldNotRun(f"the job's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
+    # who takes part: the nodes that joined the store within the join deadline, as the first node saw
+    # them (one list for all: every node's probes must agree on the ranks)
     store.set(f"gpus/{rank}", str(_gpus()))
-    late = _wait(store, [f"gpus/{r}" for r in range(world)], settings["probe"]["join_timeout"])
-    gpus = [int(store.get(f"gpus/{r}")) if f"gpus/{r}" not in late else 0 for r in range(world)]
+    join = settings["probe"]["join_timeout"]
+    if rank == 0:
+        late = _wait(store, [f"gpus/{r}" for r in range(world)], join)
+        store.set("present", json.dumps([r for r in range(world) if f"gpus/{r}" not in late]))
+    elif _wait(store, ["present"], join + 15):
+        raise nodecheck.CouldNotRun(f"no word from {names[0]} on the nodes that take part within {join + 15} s")
+    present = json.loads(store.get("present"))
+    if rank not in present:
+        print(f"ncclprep node preflight: {me}: joined after {names[0]}'s {join} s deadline: left out of this job's "
+              "preflight, which names this node", file=sys.stderr)
+        return EXIT_FAILED
+    if len(present) < world:
+        say(f"{me}: {', '.join(names[r] for r in range(world) if r not in present)} did not join within {join} s: "
+            "measuring the others")
     fixed = settings["probe"]["local_ranks"]
-    local_ranks = [int(fixed) if fixed else max(g, 1) for g in gpus]
-    o = options(settings, names, addresses, rank, token, f"slurm-{job['job_id']}", local_ranks)
+    local_ranks = [int(fixed) if fixed else max(int(store.get(f"gpus/{r}")), 1) for r in present]
+    taking = [names[r] for r in present]
+    o = options(settings, taking, [addresses[r] for r in present], present.index(rank), token,
+                f"slurm-{job['job_id']}", local_ranks)
+    world = len(present)
     record: dict = {"alive": True, "facts": None, "intent": doc.get("intent"), "ssh": None, "drift": None,
                     "net": None, "probe": None, "blame": None, "smoke": None, "counters": None}
-    say(f"{me}: rank {rank} of {world} ({', '.join(names)}); reading the node")
+    say(f"{me}: rank {present.index(rank)} of {world} ({', '.join(taking)}); reading the node")
     reading = {k: doc.get(k) for k in ("node", "readers", "roce_qos")}
     if reading["node"]:
         reading["node"] = dict(reading["node"], names=[e for e in reading["node"].get("names") or []
-                                                        if e.get("host") in names])
+                                                        if e.get("host") in taking])
     try:
         record["facts"] = nodecheck.read_node(reading)
     except nodecheck.CouldNotRun as exc:
@@ -279,7 +299,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         smoke = settings["smoke"]
         say(f"{me}: the training smoke job through {settings['launcher']} (deadline {smoke['timeout']} s)")
         with tempfile.NamedTemporaryFile("w", prefix="ncclprep-job-", suffix=".hosts") as fh:
-            fh.write("".join(f"{n}\n" for n in names))
+            fh.write("".join(f"{n}\n" for n in taking))
             fh.flush()
             record["smoke"] = run_job(settings["launcher"], settings["script"], f"ncclprep-preflight-{job['job_id']}",
                                       smoke["steps"], smoke["accumulation"], 25, smoke["timeout"], True, token, [],
@@ -291,7 +311,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         record["counters"] = read_counters("/sys", [netdev])
     store.set(f"record/{rank}", json.dumps(record, default=str))
     if rank == 0:
-        return _judge(store, record, names, settings, opts, job)
+        return _judge(store, record, names, present, settings, opts, job)
     say(f"{me}: done; waiting for {names[0]}'s verdict")
     if _wait(store, ["verdict"], GATHER_SLACK_S * 2):
         print(f"ncclprep node preflight: {me}: no verdict from {names[0]} within {GATHER_SLACK_S * 2:g} s",
@@ -302,15 +322,18 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     return result["code"]
 
 
-def _judge(store, mine: dict, names: list[str], settings: dict, opts: argparse.Namespace, job: dict) -> int:
-    """The first node's part after its own record: gather, evaluate, write, post the verdict."""
+def _judge(store, mine: dict, names: list[str], present: list[int], settings: dict, opts: argparse.Namespace,
+           job: dict) -> int:
+    """The first node's part after its own record: gather the records of the nodes that took part
+    (``present``, ranks in ``names``; the others have none, reported unreachable), evaluate, write,
+    post the verdict."""
     world = len(names)
     say(f"{names[0]}: waiting for the other nodes' records")
-    late = set(_wait(store, [f"record/{r}" for r in range(1, world)], GATHER_SLACK_S))
+    late = set(_wait(store, [f"record/{r}" for r in present if r], GATHER_SLACK_S))
     records = {names[0]: mine}
     for r in range(1, world):
         key = f"record/{r}"
-        records[names[r]] = {"alive": False} if key in late else json.loads(store.get(key))
+        records[names[r]] = {"alive": False} if r not in present or key in late else json.loads(store.get(key))
     blame = (mine.get("probe") or {}).get("blame")
     for rec in records.values():  # the collective blame ran on the first node: every record holds it
         if rec.get("alive", True):

@@ -335,6 +335,32 @@ def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_ot
     assert slurm_nodes() == {n: "idle" for n in NODES}
 
 
+def test_without_its_intent_a_node_is_unknown_drains_nothing_and_a_jobs_preflight_says_so(cluster):
+    """Issue 25 item 4: node2's intent file gone. Its node check cannot run (exit 3), so the
+    HealthCheckProgram slurm.conf runs (the slurm_health wrapper) finds no fresh verdict: UNKNOWN,
+    exit 3 (slurmd logs it), nothing drained; a job's preflight on node2 exits 3 naming the file and
+    the fix, and the job's other nodes report node2 missing instead of hanging."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    assert "HealthCheckProgram=/usr/local/sbin/ncclprep-health" in on("node1", "cat /etc/slurm/slurm.conf").stdout
+    assert on("node2", "mv /etc/ncclprep/intent.json /etc/ncclprep/intent.json.off").returncode == 0
+    try:
+        assert on("node2", "ncclprep node check >/dev/null", timeout=120).returncode == 3
+        start = time.monotonic()
+        unknown = on("node2", "/usr/local/sbin/ncclprep-health --no-refresh --record /nonexistent", timeout=60)
+        record("node health wrapper (HealthCheckProgram)", time.monotonic() - start)
+        assert unknown.returncode == 3 and "UNKNOWN" in unknown.stdout, unknown.stdout
+        assert slurm_nodes() == {n: "idle" for n in NODES}
+        job = on("node1", "cd /tmp && timeout 300 srun --nodes 3 --ntasks-per-node=1 --label "
+                          "ncclprep node preflight --report-dir /tmp/ncclprep-no-intent", timeout=320)
+        assert job.returncode != 0
+        assert "1: ncclprep node preflight: node2: /etc/ncclprep/intent.json does not exist: run site.yml" in job.stderr
+        assert "0: ncclprep node preflight: preflight FAIL on 3 nodes" in job.stdout, job.stdout + job.stderr
+        assert "FAIL host.reachable [node2]" in job.stderr, job.stderr
+    finally:
+        on("node2", "mv /etc/ncclprep/intent.json.off /etc/ncclprep/intent.json")
+    assert slurm_nodes() == {n: "idle" for n in NODES}
+
+
 def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():
     """A short run of bench/preflight.py and bench/fidelity.py (issue 13) on the provisioned cluster."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the test before"

@@ -6,6 +6,7 @@ run of each in tests/integration)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -161,3 +162,19 @@ def test_provision_against_a_revision_leaves_the_node_check_out_of_both_sides(mo
     assert provision.measure(argparse.Namespace(**dict(vars(args), against=None)), None) == 0
     assert [extra for _, extra in calls] == [[], []]
 
+
+
+def test_the_benchmarks_run_this_checkout_even_when_another_ncclprep_comes_first(tmp_path):
+    """A venv installed editable from another clone put that clone's ncclprep first: the benchmarks
+    then ran its playbooks and scripts (a stale validate.yml failed drift here). benchlib puts this
+    checkout's src/ first."""
+    other = tmp_path / "ncclprep"
+    other.mkdir()
+    (other / "__init__.py").write_text("REPO_ROOT = '/elsewhere'\n")
+    (other / "runner.py").write_text("def playbook_env():\n    return {}\n")
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); sys.path.insert(0, {os.path.join(REPO, 'bench')!r});"
+            " import benchlib; print(benchlib.REPO)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == REPO
