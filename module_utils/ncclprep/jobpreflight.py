@@ -58,8 +58,6 @@ from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep import nodecheck
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
-from ansible.module_utils.ncclprep.report import build_cluster, utc_stamp, write_reports
-from ansible.module_utils.ncclprep.report.common import host_status
 
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
 ENV_TOKEN = "NCCLPREP_PREFLIGHT_TOKEN"
@@ -78,8 +76,11 @@ class Usage(Exception):
 
 
 def hostnames(nodelist: str) -> list[str]:
-    """Slurm's node list expression (``node[1-3],gpu7``) expanded by ``scontrol show hostnames``.
-    Raises nodecheck.CouldNotRun when scontrol fails or passes its deadline."""
+    """Slurm's node list expression (``node[1-3],gpu7``) expanded by ``scontrol show hostnames``
+    (plain names, ``a,b``, need no scontrol). Raises nodecheck.CouldNotRun when scontrol fails or
+    passes its deadline."""
+    if "[" not in nodelist:
+        return [n for n in nodelist.split(",") if n]
     try:
         out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
                              timeout=SCONTROL_TIMEOUT, check=False)
@@ -168,6 +169,8 @@ def options(job: Mapping, names: list[str], addresses: list[str], rank: int, tok
 def vetted(checks: list[dict], hosts: list[str]) -> tuple[list[str], list[str]]:
     """``(vetted, excluded)``: the hosts no failed or hung check names (report.common.host_status:
     a check naming no host of the job counts against all), in ``hosts`` order, and the others."""
+    from ansible.module_utils.ncclprep.report.common import host_status  # the reports need jinja2: imported late
+
     bad = set()
     for check in checks:
         if check["status"] in BAD:
@@ -327,6 +330,10 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
     """The first node's part after its own record: gather the records of the nodes that took part
     (``present``, ranks in ``names``; the others have none, reported unreachable), evaluate, write,
     post the verdict."""
+    # here, not at the top: the reports need jinja2, which the torch venv has and the system python
+    # that first runs the command (and says why it cannot go on, e.g. without an intent) may lack
+    from ansible.module_utils.ncclprep.report import build_cluster, utc_stamp, write_reports
+
     world = len(names)
     say(f"{names[0]}: waiting for the other nodes' records")
     late = set(_wait(store, [f"record/{r}" for r in present if r], GATHER_SLACK_S))

@@ -100,10 +100,10 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     # every file site.yml wrote on each node, as it wrote them: nccl_env's six (nccl.conf, the env file, the
     # debug env file, the launcher, the rendezvous guard, the template job), the sysctl drop-in,
     # ssh_trust's ssh config and known_hosts lines, the hosts block, rps_rfs's script and unit,
-    # numa_pinning's map, JSON map and wrapper (no IRQ script or unit: a veth has no IRQs; no
-    # roce_qos files: no RoCE port; no nic_mtu file: nothing defines eth0 at boot; no nftables
-    # table: ufw)
-    assert by["drift.files"]["measured"] == 15 * len(NODES)
+    # numa_pinning's map, JSON map and wrapper, slurm_health's two wrappers (the cluster runs Slurm)
+    # (no IRQ script or unit: a veth has no IRQs; no roce_qos files: no RoCE port; no nic_mtu file:
+    # nothing defines eth0 at boot; no nftables table: ufw)
+    assert by["drift.files"]["measured"] == 17 * len(NODES)
     directions = {(a, b) for a in NODES for b in NODES if a != b}
     net = data["network"]
     for key in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports"):

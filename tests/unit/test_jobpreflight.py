@@ -51,6 +51,8 @@ def test_outside_a_job_step_or_with_more_tasks_than_nodes_it_says_how_to_run_it(
         job_from_env(dict(ENV, SLURM_NTASKS="6"), expand)
     with pytest.raises(Usage, match="this node, gpu09, is not in the step's nodes gpu"):
         job_from_env(dict(ENV, SLURMD_NODENAME="gpu09"), expand)
+    # plain names need no scontrol
+    assert jobpreflight.hostnames("gpu01,gpu07") == ["gpu01", "gpu07"]
 
 
 def test_slurm_names_map_to_members_by_full_or_short_name_and_unknown_ones_are_named():
@@ -133,3 +135,25 @@ def test_the_node_command_hands_node_preflight_to_the_jobs_preflight(capsys, mon
     assert "ncclprep node preflight: " in capsys.readouterr().err
     assert nodecheck.main(["node", "nonsense"]) == EXIT_USAGE
     assert "ncclprep node preflight [--need K]" in capsys.readouterr().err
+
+
+def test_the_command_says_why_it_cannot_run_without_the_reports_libraries(tmp_path):
+    """Without its intent the node command cannot find the torch venv and stays on the system
+    python, which may lack jinja2 (the HTML report's): it must still say what is missing (exit 3),
+    not crash importing the reports (seen on the local cluster)."""
+    import os
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "jinja2.py"
+    blocker.write_text("raise ImportError('no jinja2 here')\n")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import sys, ncclprep; sys.argv = ['ncclprep', 'node', 'preflight', '--intent', sys.argv[1]];"
+            "from ansible.module_utils.ncclprep.nodecheck import main; sys.exit(main())")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.path.join(repo, "src")]),
+               SLURM_JOB_ID="7", SLURMD_NODENAME="gpu01", SLURM_STEP_NODELIST="gpu01", NCCLPREP_REEXEC="1")
+    env.pop("SLURM_JOB_NODELIST", None)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "absent.json")], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == EXIT_COULD_NOT_RUN, out.stderr
+    assert f"{tmp_path / 'absent.json'} does not exist: run site.yml" in out.stderr
