@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from datetime import datetime
 
 # This checkout's package, not whichever one the venv was installed from (an editable install of
-# another clone would run that clone's playbooks): its src/ first on sys.path.
+# another clone would run that clone's playbooks): its src/ first on sys.path, also where it is
+# on the path already behind another.
 _SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-if _SRC not in sys.path:
+if sys.path[:1] != [_SRC]:
     sys.path.insert(0, _SRC)
 
 from ncclprep import REPO_ROOT as REPO  # noqa: E402

@@ -178,3 +178,19 @@ def test_the_benchmarks_run_this_checkout_even_when_another_ncclprep_comes_first
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == REPO
+
+
+def test_this_checkout_wins_also_when_its_src_is_on_the_path_behind_another(tmp_path):
+    """CI's venv is installed editable from the checkout itself: its src/ is on sys.path already,
+    behind whatever comes first. benchlib must still put it first."""
+    other = tmp_path / "ncclprep"
+    other.mkdir()
+    (other / "__init__.py").write_text("REPO_ROOT = '/elsewhere'\n")
+    (other / "runner.py").write_text("def playbook_env():\n    return {}\n")
+    src = os.path.join(REPO, "src")
+    code = (f"import sys; sys.path.append({src!r}); sys.path.insert(0, {str(tmp_path)!r}); "
+            f"sys.path.insert(0, {os.path.join(REPO, 'bench')!r}); import benchlib; print(benchlib.REPO)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == REPO
