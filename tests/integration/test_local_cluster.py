@@ -143,8 +143,9 @@ def test_node_check_gives_the_rows_validate_gives_each_node(cluster):
         assert code == 0 and got["status"] == "PASS", got
         assert got["checks"] == want, node
         assert {"sysctl.net.core.somaxconn", "firewall.ports_free", "nccl_env.ifname"} <= {r["id"] for r in want}
+    # root's, readable by a job's user: `ncclprep node preflight` reads it (issue 25)
     mode = on("node1", "stat -c %a:%U /etc/ncclprep/intent.json")
-    assert mode.stdout.strip() == "600:root"
+    assert mode.stdout.strip() == "644:root"
     before = on("node2", "sysctl -n net.core.somaxconn").stdout.strip()
     try:
         assert on("node2", "sysctl -qw net.core.somaxconn=128").returncode == 0
