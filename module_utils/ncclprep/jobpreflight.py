@@ -238,7 +238,9 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         say(f"{ENV_TOKEN} not set: the job's stores are not sealed (only the firewall guards them)")
     port = settings["net"]["store_port"] + JOB_PORT_OFFSET
     try:
-        store, keep = _open_store(rank, world, addresses[0], port, token, settings["probe"]["join_timeout"] + 30)
+        # _listener: the first node's listening socket, held open for as long as its store serves
+        store, _listener = _open_store(rank, world, addresses[0], port, token,
+                                       settings["probe"]["join_timeout"] + 30)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise nodecheck.CouldNotRun(f"the job's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
     # who takes part: the nodes that joined the store within the join deadline, as the first node saw

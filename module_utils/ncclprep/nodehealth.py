@@ -100,14 +100,23 @@ def ledger_entry(host: str, verdict: dict) -> dict:
             "checks": [r.get("id") for r in failed]}
 
 
+def read_ledger(path: str) -> list[dict]:
+    """The ledger's entries at ``path``, oldest first; [] when there is none yet. Raises OSError,
+    ValueError or TypeError when it cannot be read or is not a list."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [e for e in json.load(fh) if isinstance(e, dict)]
+    except FileNotFoundError:
+        return []
+
+
 def update_ledger(path: str, host: str, verdict: dict, keep: int = LEDGER_KEEP) -> list[dict]:
     """The node's ledger with this verdict's entry added once (a run already in it is not added
     again), the last ``keep`` kept, written back atomically (mode 0600). UNKNOWN adds nothing.
     An unreadable ledger starts afresh. Returns the entries, oldest first. Raises OSError when
     it cannot be written."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            entries = [e for e in json.load(fh) if isinstance(e, dict)]
+        entries = read_ledger(path)
     except (OSError, ValueError, TypeError):
         entries = []
     if verdict["status"] != "UNKNOWN" and verdict.get("run") not in {e.get("run") for e in entries}:
@@ -147,10 +156,7 @@ def history_main(argv: list[str]) -> int:
         return EXIT_ACTED if exc.code == 0 else EXIT_USAGE
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     try:
-        with open(opts.ledger, encoding="utf-8") as fh:
-            entries = [e for e in json.load(fh) if isinstance(e, dict)]
-    except FileNotFoundError:
-        entries = []
+        entries = read_ledger(opts.ledger)
     except (OSError, ValueError, TypeError) as exc:
         print(f"ncclprep report --history: {host}: cannot read {opts.ledger}: {exc}")
         return EXIT_UNKNOWN
