@@ -33,8 +33,9 @@ Everything in the store is sealed with the job's secret (netutil.signed_store, k
 batch script draws one). Without it the key is derived from the job id, which seals nothing
 against a member that knows the id: only the firewall (members only) guards the store then.
 
-It runs as the job's user: what it writes is that user's claim. It never drains a node; Slurm's
-drain follows root's own measurements (nodehealth.py, docs/slurm.md).
+It runs as the job's user: what it finds is that user's claim. It never drains a node: when a
+network check failed, every task leaves the claim on its node (retest.write_claim) and the job's
+Epilogs re-test the network as root (retest.py); only what root measured reaches Slurm.
 
 Exit codes: 0 passed (with ``--need``: at least K nodes vetted), 1 a check failed or hung (with
 ``--need``: fewer than K vetted), 2 bad usage (not in a job step, one task per node not kept),
@@ -324,7 +325,16 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         return EXIT_COULD_NOT_RUN
     result = json.loads(store.get("verdict"))
     print(f"ncclprep node preflight: {me}: {result['line']}")
+    _leave_claim(job["job_id"], result.get("claim"), me)
     return result["code"]
+
+
+def _leave_claim(job_id: str, claim: dict | None, me: str) -> None:
+    """This node's copy of the job's claim for its Epilog (retest.write_claim), said when left."""
+    from ansible.module_utils.ncclprep.retest import write_claim
+
+    if claim and write_claim(job_id, claim):
+        say(f"{me}: claimed {', '.join(claim['checks'])} for root's re-test in the Epilog")
 
 
 def _judge(store, mine: dict, names: list[str], present: list[int], settings: dict, opts: argparse.Namespace,
@@ -376,7 +386,11 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
             except OSError as exc:
                 result["code"] = EXIT_COULD_NOT_RUN
                 line += f"; cannot write the hostfile {opts.hostfile}: {exc}"
-    store.set("verdict", json.dumps({"code": result["code"], "line": line}))
+    from ansible.module_utils.ncclprep.retest import claim_of
+
+    claim = claim_of(checks)
+    store.set("verdict", json.dumps({"code": result["code"], "line": line, "claim": claim}))
+    _leave_claim(job["job_id"], claim, names[0])
     for text in problems:
         print(f"ncclprep node preflight: {text}", file=sys.stderr)
     print(f"ncclprep node preflight: {line}")

@@ -121,11 +121,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _torch_python(args: list[str]) -> None:
+def reexec_under_torch(args: list[str], env: dict[str, str] | None = None) -> None:
     """Run this command again under the torch runtime's interpreter (the intent's
-    ``node.torch_python``) when this one cannot import torch: the job's preflight runs the probes
-    in-process. Returns when it can, or when there is no other to run (the probes then report
-    torch missing)."""
+    ``node.torch_python``) when this one cannot import torch: the job's preflight and root's
+    re-test (retest.py) run the probes in-process. Returns when it can, or when there is no other
+    to run (the probes then report torch missing). ``env``: variables the second run gets (set only when it starts)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is not None or os.environ.get("NCCLPREP_REEXEC"):
@@ -135,7 +135,7 @@ def _torch_python(args: list[str]) -> None:
     except CouldNotRun:
         return
     if python and os.access(python, os.X_OK) and os.path.abspath(python) != os.path.abspath(sys.executable):
-        os.environ["NCCLPREP_REEXEC"] = "1"
+        os.environ.update(env or {}, NCCLPREP_REEXEC="1")
         os.execv(python, [python, "-I", os.path.abspath(sys.argv[0]), *args])
 
 
@@ -151,8 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         from ansible.module_utils.ncclprep.nodehealth import history_main
 
         return history_main(args[2:])
+    if args[:2] in (["node", "epilog"], ["node", "retest"]):  # root's network re-test (Slurm's Epilog)
+        if args[1] == "retest":
+            reexec_under_torch(args)
+        from ansible.module_utils.ncclprep.retest import main as retest_main
+
+        return retest_main(args[2:], args[1])
     if args[:2] == ["node", "preflight"]:  # a Slurm job's preflight, one task per node
-        _torch_python(args)
+        reexec_under_torch(args)
         from ansible.module_utils.ncclprep.jobpreflight import main as job_main
 
         return job_main(args[2:])
@@ -161,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
               "       ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)\n"
               "       ncclprep node prolog [--dry-run] [--max-age S] (ncclprep node prolog -h)\n"
               "       srun --ntasks-per-node=1 ncclprep node preflight [--need K] (ncclprep node preflight -h)\n"
+              "       ncclprep node epilog (Slurm's Epilog) | ncclprep node retest --id ID --nodes A,B (-h)\n"
               "       ncclprep report --history [--json]",
               file=sys.stderr)
         return EXIT_USAGE

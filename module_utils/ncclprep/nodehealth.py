@@ -91,10 +91,11 @@ def record_verdict(record: dict | None, max_age: float, now: datetime.datetime) 
 
 
 def ledger_entry(host: str, verdict: dict) -> dict:
-    """The ledger's entry for a verdict: ``{run, status, network, partners, checks}``; network is
-    True when every failed row is about the network (slurm.is_network), partners their other ends."""
+    """The ledger's entry for a verdict: ``{run, scope, status, network, partners, checks}``; scope
+    ``node`` (a node check) or ``network`` (root's re-test, retest.py); network is True when every
+    failed row is about the network (slurm.is_network), partners their other ends."""
     failed = verdict.get("failed") or []
-    return {"run": verdict.get("run"), "status": verdict["status"],
+    return {"run": verdict.get("run"), "scope": verdict.get("scope") or "node", "status": verdict["status"],
             "network": bool(failed) and all(slurm.is_network(r) for r in failed),
             "partners": sorted({p for r in failed for p in slurm.partners(r, host)}),
             "checks": [r.get("id") for r in failed]}
@@ -131,10 +132,12 @@ def render_history(host: str, entries: list[dict]) -> str:
     first (its time, verdict, whether every failure was the network's, the partners, the failed
     checks), then the network strikes that count toward a drain (slurm.strikes)."""
     if not entries:
-        return f"{host}: no verdicts in the ledger yet (ncclprep node health adds each node check's)"
-    lines = [f"{'run':32s} {'verdict':7s} {'network':7s} {'partners':16s} checks"]
+        return (f"{host}: no verdicts in the ledger yet (ncclprep node health adds each node check's, the "
+                "Epilog's re-test its own)")
+    lines = [f"{'run':36s} {'scope':7s} {'verdict':7s} {'network':7s} {'partners':16s} checks"]
     for e in entries:
-        lines.append(f"{str(e.get('run')):32s} {str(e.get('status')):7s} {'yes' if e.get('network') else 'no':7s} "
+        lines.append(f"{str(e.get('run')):36s} {str(e.get('scope') or 'node'):7s} {str(e.get('status')):7s} "
+                     f"{'yes' if e.get('network') else 'no':7s} "
                      f"{','.join(e.get('partners') or []) or '-':16s} {', '.join(e.get('checks') or []) or '-'}")
     hits = sorted(slurm.strikes(entries))
     lines.append(f"{host}: {len(entries)} verdicts; network strikes {len(hits)}"

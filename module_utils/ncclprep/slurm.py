@@ -12,6 +12,8 @@ check (../shared/reviews/slurm.md, sections 3 and 4):
   drain with any other reason (a human's, Slurm's own "Prolog error") is never touched.
 - UNKNOWN (ncclprep itself could not tell: no intent file, a reader crashed, a timeout) neither
   drains nor resumes (mej/nhc#139 asks for this third outcome).
+- A drain for a network check is resumed only by root's network re-test that passes, a drain for
+  the node's own checks only by a node check that passes (network_drain).
 - A node running a job (allocated, mixed, completing, draining) is never drained by a network
   verdict alone: the job may be what loads the link (soperator waits for DRAIN+ALLOC to be idle).
 - A network verdict drains only on its second strike with another partner: two failures in the
@@ -119,8 +121,15 @@ def partners(row: Mapping[str, Any], host: str) -> list[str]:
 
 
 def _value(value: Any, host: str) -> str:
-    """A measured or expected value as a reason shows it: this host's where it is keyed by host, a
-    mapping as ``k: v, k: v``, a list joined with commas."""
+    """A measured or expected value as a reason shows it: this host's where it is keyed by host, also
+    one level down (net.bandwidth's ``{median_gbps, nodes: {host: why}, ...}``), else the links
+    one level down that end at the host; a mapping as ``k: v, k: v``, a list joined with commas."""
+    if isinstance(value, Mapping) and host not in value:
+        inner = [v for v in value.values() if isinstance(v, Mapping)]
+        mine = next((v for v in inner if host in v), None)
+        links = {k: x for v in inner for k, x in v.items()
+                 if host in [e.strip() for e in str(k).replace("<->", "->").split("->")]}
+        value = mine if mine is not None else (links or value)
     if isinstance(value, Mapping) and host in value:
         value = value[host]
     if isinstance(value, Mapping):
@@ -156,6 +165,16 @@ def strikes(ledger: Iterable[Mapping[str, Any]]) -> set[str]:
     return seen
 
 
+def network_drain(info: Mapping[str, Any]) -> bool:
+    """True when ncclprep drained the node for a network check: its reason is ``ncclprep: <id>: ...``
+    with a network id (is_network). Such a drain is resumed only by root's network re-test that
+    passes (retest.py): a node check's pass says nothing of the network."""
+    text = str(info.get("reason") or "")
+    if not text.startswith(REASON_PREFIX):
+        return False
+    return is_network({"id": text[len(REASON_PREFIX):].strip().split(":", 1)[0]})
+
+
 def breaker_limit(total: int) -> int:
     """How many nodes ncclprep may hold drained at once: max(1, 10 % of ``total``, rounded down)."""
     return max(1, int(total * BREAKER_SHARE))
@@ -165,6 +184,8 @@ def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledge
            cluster: Mapping[str, Mapping[str, Any]]) -> dict:
     """What to do with ``host`` after ``verdict`` (``node_verdict``'s shape).
 
+    ``verdict`` may say its ``scope``: ``node`` (a node check, the default) or ``network`` (root's
+    re-test); a pass resumes only a drain of its own scope (network_drain).
     ``info``: the host's row of ``parse_sinfo``; ``ledger``: its past verdicts, oldest first,
     this one included (``strikes``); ``cluster``: every node's row (the circuit breaker counts
     ncclprep's drains among them). Returns ``{action, reason, why}``: action ``drain`` (reason:
@@ -178,6 +199,13 @@ def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledge
                 "why": f"{host}: UNKNOWN ({verdict.get('why')}): ncclprep neither drains nor resumes"}
     if status == "PASS":
         if ours(info):
+            scope = verdict.get("scope") or "node"
+            if (scope == "network") != network_drain(info):
+                what = "root's network re-test" if scope == "network" else "the node check"
+                needs = "the node check" if scope == "network" else "only root's network re-test"
+                return {"action": "none", "reason": None,
+                        "why": f"{host}: passes {what}, but drained for {info['reason']!r}, which {needs} "
+                               "resumes: left drained"}
             return {"action": "resume", "reason": None, "why": f"{host}: passes now; resumed from {info['reason']!r}"}
         if theirs:
             return {"action": "none", "reason": None,

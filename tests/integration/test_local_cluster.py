@@ -100,10 +100,10 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     # every file site.yml wrote on each node, as it wrote them: nccl_env's six (nccl.conf, the env file, the
     # debug env file, the launcher, the rendezvous guard, the template job), the sysctl drop-in,
     # ssh_trust's ssh config and known_hosts lines, the hosts block, rps_rfs's script and unit,
-    # numa_pinning's map, JSON map and wrapper, slurm_health's two wrappers (the cluster runs Slurm)
+    # numa_pinning's map, JSON map and wrapper, slurm_health's three wrappers (the cluster runs Slurm)
     # (no IRQ script or unit: a veth has no IRQs; no roce_qos files: no RoCE port; no nic_mtu file:
     # nothing defines eth0 at boot; no nftables table: ufw)
-    assert by["drift.files"]["measured"] == 17 * len(NODES)
+    assert by["drift.files"]["measured"] == 18 * len(NODES)
     directions = {(a, b) for a in NODES for b in NODES if a != b}
     net = data["network"]
     for key in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports"):
@@ -206,6 +206,16 @@ def settled(node: str, want: tuple[str, str], seconds: float = 20) -> tuple[str,
     return got
 
 
+def all_idle(seconds: float = 90) -> dict[str, str]:
+    """slurm_nodes once every node is idle, or when ``seconds`` have passed: a job's nodes stay
+    ``completing`` while its Epilogs run (a re-test among them takes a join deadline when one of
+    them left no claim), after srun or sbatch --wait returned."""
+    deadline = time.monotonic() + seconds
+    while set((got := slurm_nodes()).values()) != {"idle"} and time.monotonic() < deadline:
+        time.sleep(2)
+    return got
+
+
 def health(node: str, *args: str) -> subprocess.CompletedProcess:
     """``ncclprep node health --no-refresh ARGS`` on ``node``, timed into the closing table."""
     start = time.monotonic()
@@ -257,7 +267,7 @@ def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_a
     assert unknown.returncode == 3
     assert unknown.stdout.strip() == ("ncclprep health node1: UNKNOWN (no node check has run here yet): "
                                       "neither drained nor resumed")
-    assert slurm_nodes() == {n: "idle" for n in NODES}
+    assert all_idle() == {n: "idle" for n in NODES}
 
 
 @pytest.mark.usefixtures("slurm_left_idle")
@@ -288,7 +298,7 @@ def test_node_prolog_drains_a_node_whose_job_port_is_held_and_slurm_requeues(clu
     assert on("node2", "sleep 1; ncclprep node check >/dev/null", timeout=120).returncode == 0
     assert "resumed" in health("node2").stdout
     assert settled("node2", ("idle", "none")) == ("idle", "none")
-    assert slurm_nodes() == {n: "idle" for n in NODES}
+    assert all_idle() == {n: "idle" for n in NODES}
 
 
 EXAMPLE = "/usr/local/share/ncclprep/slurm/preflight-train.sbatch"
@@ -337,13 +347,32 @@ def test_the_example_batch_job_runs_the_preflight_then_trains_on_the_vetted_node
                        f"test -s {folder}/ncclprep-reports/latest/junit.xml").returncode == 0
 
 
+def epilog_line(node: str, job_id: str, seconds: float = 120) -> str:
+    """The line ``node``'s Epilog wrote for ``job_id`` (the wrapper's log), once written: sbatch --wait
+    may return while the Epilogs still re-test."""
+    deadline = time.monotonic() + seconds
+    while True:
+        lines = [line for line in on(node, "cat /var/log/ncclprep-epilog.log 2>/dev/null").stdout.splitlines()
+                 if line.startswith(f"ncclprep epilog job {job_id}:") or line.startswith(f"ncclprep epilog {node}: "
+                                                                                       f"job {job_id}:")]
+        if lines or time.monotonic() > deadline:
+            return lines[-1] if lines else ""
+        time.sleep(2)
+
+
 @pytest.mark.usefixtures("slurm_left_idle")
 def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_others(cluster):
     """Issue 25 item 4: node3's link rate-limited (tc tbf 200 Mbit/s): the job's preflight names node3
     (net.bandwidth), excludes it and vets node1 and node2; with NCCLPREP_NEED=2 the training runs
-    on those two and the job exits 0. Without enough vetted nodes (need 3) the job ends at the
-    preflight with its exit code 1, and no training starts."""
+    on those two and the job exits 0. Its claim makes the job's Epilogs re-test the network as root:
+    node3 fails again, its first strike, not drained. Without enough vetted nodes (need 3) the job
+    ends at the preflight with its exit code 1 and no training; its Epilogs' re-test is node3's
+    second strike: drained with an ``ncclprep:`` reason naming net.bandwidth. A node check's pass
+    leaves that drain; fixed, root's re-test by hand on the three nodes resumes it."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    for node in NODES:
+        on(node, "rm -f /var/lib/ncclprep/health-ledger.json /var/lib/ncclprep/retest-last "
+                 "/var/log/ncclprep-epilog.log")
     assert on("node3", "tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 100ms").returncode == 0
     try:
         job, output = batch("/tmp/ncclprep-throttled", 2, "srun preflight + training, node3 throttled")
@@ -352,13 +381,45 @@ def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_ot
         assert "vetted 2 of 3 (need 2): node1,node2; excluded: node3" in output
         assert "training on 2 vetted node(s): node1,node2" in output
         assert output.count('"params_identical": true') == 2, output
+        first = job.stdout.strip()
+        start = time.monotonic()
+        line = epilog_line("node3", first)
+        record("Epilog: root's network re-test of 3 nodes", time.monotonic() - start)
+        assert line.startswith(f"ncclprep epilog job {first}: job {first} claims net.bandwidth; node3: re-test FAIL: "
+                               f"node3: network strike 1 of 2 (run:retest job-{first} "), line
+        assert "re-test PASS: node1: passes" in epilog_line("node1", first)
+        assert slurm_state("node3") == ("idle", "none")
         short, output = batch("/tmp/ncclprep-throttled-all", 3, "srun preflight, node3 throttled, need 3")
         assert short.returncode != 0
         assert "vetted 2 of 3 (need 3): node1,node2; excluded: node3" in output
         assert "training on" not in output
+        second = short.stdout.strip()
+        line = epilog_line("node3", second)
+        assert "node3: re-test FAIL: node3: drained: ncclprep: net.bandwidth: measured " in line, line
+        state, reason = slurm_state("node3")
+        assert state in ("drained", "draining"), (state, reason)
+        assert reason.startswith("ncclprep: net.bandwidth: measured "), reason
+        history = on("node3", "ncclprep report --history").stdout
+        assert history.count(" network FAIL    yes ") == 2, history
+        assert "network strikes 2" in history, history
+        # a node check's pass says nothing of the network: the drain stays
+        assert on("node3", "ncclprep node check >/dev/null", timeout=120).returncode == 0
+        kept = health("node3")
+        assert "which only root's network re-test resumes: left drained" in kept.stdout, kept.stdout
+        assert slurm_state("node3")[0] == "drained"
     finally:
         on("node3", "tc qdisc del dev eth0 root")
-    assert slurm_nodes() == {n: "idle" for n in NODES}
+    # fixed: root re-tests by hand on the three nodes at once, and node3 is resumed
+    start = time.monotonic()
+    with ThreadPoolExecutor(len(NODES)) as pool:
+        runs = dict(zip(NODES, pool.map(lambda n: on(n, "ncclprep node retest --id fixed-1 --nodes "
+                                                       + ",".join(NODES), timeout=200), NODES), strict=True))
+    record("ncclprep node retest by hand, 3 nodes", time.monotonic() - start)
+    assert all(r.returncode == 0 for r in runs.values()), {n: r.stdout + r.stderr for n, r in runs.items()}
+    assert runs["node3"].stdout.startswith("ncclprep retest node3: re-test PASS: node3: passes now; resumed from "
+                                           "'ncclprep: net.bandwidth"), runs["node3"].stdout
+    assert settled("node3", ("idle", "none")) == ("idle", "none")
+    assert all_idle() == {n: "idle" for n in NODES}
 
 
 @pytest.mark.usefixtures("slurm_left_idle")
@@ -385,7 +446,7 @@ def test_without_its_intent_a_node_is_unknown_drains_nothing_and_a_jobs_prefligh
         assert "FAIL host.reachable [node2]" in job.stderr, job.stderr
     finally:
         on("node2", "mv /etc/ncclprep/intent.json.off /etc/ncclprep/intent.json")
-    assert slurm_nodes() == {n: "idle" for n in NODES}
+    assert all_idle() == {n: "idle" for n in NODES}
 
 
 def test_the_preflight_and_probe_benchmarks_run_on_the_cluster():

@@ -55,7 +55,7 @@ def test_a_failed_check_drains_once_and_a_later_pass_resumes(tmp_path):
     assert code == 0 and line == f"ncclprep health node2: drained: {reason}"
     assert slurm.calls[-1] == ["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"]
     entries = json.loads(open(ledger).read())
-    assert entries == [{"run": (NOW - datetime.timedelta(minutes=1)).isoformat(), "status": "FAIL",
+    assert entries == [{"run": (NOW - datetime.timedelta(minutes=1)).isoformat(), "scope": "node", "status": "FAIL",
                         "network": False, "partners": [], "checks": ["sysctl.net.core.somaxconn"]}]
     assert oct(os.stat(ledger).st_mode & 0o777) == "0o600"
     # the same record again: no second ledger entry; Slurm shows the drain, nothing more to do
@@ -198,10 +198,10 @@ def test_report_history_prints_the_ledger_and_the_strikes_that_count(tmp_path, c
         update_ledger(str(ledger), "node2", record_verdict(record(rows, minutes), 900, NOW))
     assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 and lines[0].split() == ["run", "verdict", "network", "partners", "checks"]
-    assert lines[1].split()[1:] == ["FAIL", "yes", "node3", "net.bandwidth"]
-    assert lines[2].split()[1:] == ["PASS", "no", "-", "-"]
-    assert lines[3].split()[1:] == ["FAIL", "yes", "node1", "net.bandwidth"]
+    assert len(lines) == 5 and lines[0].split() == ["run", "scope", "verdict", "network", "partners", "checks"]
+    assert lines[1].split()[1:] == ["node", "FAIL", "yes", "node3", "net.bandwidth"]
+    assert lines[2].split()[1:] == ["node", "PASS", "no", "-", "-"]
+    assert lines[3].split()[1:] == ["node", "FAIL", "yes", "node1", "net.bandwidth"]
     assert lines[4] == ("node2: 3 verdicts; network strikes 2 (node1, node3): a drain needs 2 with different "
                         "partners")
     assert nodecheck.main(["report", "--history", "--ledger", str(tmp_path / "none")]) == 0

@@ -6,6 +6,7 @@ import pytest
 from ansible.module_utils.ncclprep.slurm import (
     breaker_limit,
     decide,
+    network_drain,
     node_verdict,
     parse_sinfo,
     partners,
@@ -123,6 +124,39 @@ def test_a_network_verdict_drains_on_a_second_strike_with_another_partner_and_ne
     runs = [{"run": r, "status": "FAIL", "network": True, "partners": []} for r in ("a", "b")]
     assert strikes(runs[:1]) == {"run:a"} and strikes(runs) == {"run:a", "run:b"}
     assert strikes([{"run": "a", "status": "PASS", "network": True, "partners": ["node5"]}]) == set()
+
+
+def test_a_network_reason_shows_this_hosts_part_of_a_nested_measurement():
+    """net.bandwidth measures ``{median_gbps, nodes: {host: why}, node_directions, links}``: the
+    reason shows the host's own line, or the links that end at it, not the whole mapping."""
+    measured = {"median_gbps": 1.56, "nodes": {"node3": "sends at a median 0.0248 against the median 1.85"},
+                "node_directions": {"node1 -> node3": 2.0, "node3 -> node1": 0.02}, "links": {}}
+    row = {"id": "net.bandwidth", "measured": measured, "expected": "not far below the median"}
+    assert reason([row], "node3") == ("ncclprep: net.bandwidth: measured sends at a median 0.0248 against the median "
+                                      "1.85, expected not far below the median")
+    slow = {"node1 -> node2": 0.1, "node2 -> node3": 0.2}
+    links = dict(row, measured={"median_gbps": 1.5, "nodes": {}, "links": slow})
+    assert reason([links], "node2") == ("ncclprep: net.bandwidth: measured node1 -> node2: 0.1, node2 -> node3: 0.2, "
+                                        "expected not far below the median")
+
+
+def test_a_pass_resumes_only_a_drain_of_its_own_scope():
+    """A network drain is resumed only by root's network re-test (scope network), a drain for the
+    node's own checks only by a node check (scope node, the default)."""
+    nodes = cluster()
+    net = dict(nodes["node1"], state="drained", drained=True,
+               reason="ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 of the median")
+    local = dict(nodes["node1"], state="drained", drained=True,
+                 reason="ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535")
+    assert network_drain(net) and not network_drain(local) and not network_drain({"reason": "net.bandwidth: x"})
+    kept = decide("node1", net, {"status": "PASS"}, [], nodes)
+    assert kept["action"] == "none" and kept["why"] == (
+        "node1: passes the node check, but drained for 'ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 of "
+        "the median', which only root's network re-test resumes: left drained")
+    assert decide("node1", net, {"status": "PASS", "scope": "network"}, [], nodes)["action"] == "resume"
+    other = decide("node1", local, {"status": "PASS", "scope": "network"}, [], nodes)
+    assert other["action"] == "none" and "which the node check resumes" in other["why"]
+    assert decide("node1", local, {"status": "PASS", "scope": "node"}, [], nodes)["action"] == "resume"
 
 
 def test_the_circuit_breaker_stops_draining_at_ten_percent():

@@ -22,7 +22,9 @@ HealthCheckInterval=120
 """
 V = {"slurm_health_config": "/etc/slurm/slurm.conf", "slurm_health_program": "/usr/local/sbin/ncclprep-health",
      "slurm_health_interval": 300, "slurm_health_node_state": "any",
-     "slurm_health_prolog": "/usr/local/sbin/ncclprep-prolog", "slurm_health_prolog_enabled": True}
+     "slurm_health_prolog": "/usr/local/sbin/ncclprep-prolog", "slurm_health_prolog_enabled": True,
+     "slurm_health_epilog": "/usr/local/sbin/ncclprep-epilog", "slurm_health_epilog_enabled": True,
+     "slurm_health_retest_interval": 300}
 
 
 def test_slurm_conf_settings_are_read_as_slurm_reads_them():
@@ -39,11 +41,19 @@ def test_a_missing_slurm_conf_reads_as_absent(tmp_path):
 def test_the_intent_is_the_lines_that_run_ncclprep_and_refuses_bad_values():
     want = intent(V, {})
     assert want["lines"] == {"HealthCheckProgram": "/usr/local/sbin/ncclprep-health", "HealthCheckInterval": 300,
-                             "HealthCheckNodeState": "ANY", "Prolog": "/usr/local/sbin/ncclprep-prolog"}
+                             "HealthCheckNodeState": "ANY", "Prolog": "/usr/local/sbin/ncclprep-prolog",
+                             "Epilog": "/usr/local/sbin/ncclprep-epilog"}
+    assert want["retest_interval"] == 300 and want["epilog"] == "/usr/local/sbin/ncclprep-epilog"
     assert "Prolog" not in intent(dict(V, slurm_health_prolog_enabled=False), {})["lines"]
+    off = intent(dict(V, slurm_health_epilog_enabled=False), {})
+    assert "Epilog" not in off["lines"] and off["epilog"] is None
     for name, value, message in (("slurm_health_interval", 0, "slurm_health_interval=0: valid: seconds, 1 to 65535"),
                                  ("slurm_health_interval", "soon", "slurm_health_interval=soon: valid"),
                                  ("slurm_health_node_state", "IDLE,BUSY", "slurm_health_node_state=IDLE,BUSY: valid"),
+                                 ("slurm_health_retest_interval", -1, "slurm_health_retest_interval=-1: valid: "
+                                                                      "seconds, 0 to 86400"),
+                                 ("slurm_health_epilog", "epilog", "slurm_health_epilog=epilog: valid: an "
+                                                                   "absolute path"),
                                  ("slurm_health_program", "ncclprep-health", "slurm_health_program=ncclprep-health: "
                                                                              "valid: an absolute path")):
         with pytest.raises(ValueError, match=message):
@@ -57,7 +67,8 @@ def record(settings, exists=True):
 
 def test_the_check_names_the_hosts_whose_slurm_conf_differs_with_what_it_says():
     good = {"HealthCheckProgram": "/usr/local/sbin/ncclprep-health", "healthcheckinterval": "300",
-            "HealthCheckNodeState": "ANY", "Prolog": "/usr/local/sbin/ncclprep-prolog"}
+            "HealthCheckNodeState": "ANY", "Prolog": "/usr/local/sbin/ncclprep-prolog",
+            "Epilog": "/usr/local/sbin/ncclprep-epilog"}
     records = {"node1": record(good), "node2": record(dict(good, Prolog="/etc/slurm/prolog.sh")),
                "node3": record({}, exists=False)}
     (c,) = check(records, Context(all_hosts=("node1", "node2", "node3")))
@@ -72,16 +83,17 @@ def test_the_check_names_the_hosts_whose_slurm_conf_differs_with_what_it_says():
 
 @pytest.fixture(scope="module")
 def wrappers(tmp_path_factory):
-    """The role's two wrappers rendered around a fake ncclprep that records its arguments and exits
+    """The role's three wrappers rendered around a fake ncclprep that records its arguments and exits
     with the code in the file ``rc``."""
     folder = tmp_path_factory.mktemp("wrappers")
     fake = folder / "ncclprep"
     fake.write_text(f'#!/bin/sh\necho "$@" > {folder}/args\nexit "$(cat {folder}/rc)"\n')
     fake.chmod(0o755)
     out = {}
-    for name in ("prolog", "health"):
+    for name in ("prolog", "health", "epilog"):
         script = folder / name
-        script.write_text(render("slurm_health", f"ncclprep-{name}.sh.j2", folder, preflight_node_command=str(fake)))
+        script.write_text(render("slurm_health", f"ncclprep-{name}.sh.j2", folder, preflight_node_command=str(fake),
+                                 slurm_health_retest_interval=300, slurm_health_epilog_log=str(folder / "log")))
         script.chmod(0o755)
         out[name] = script
     return folder, out
@@ -97,3 +109,6 @@ def test_the_prolog_wrapper_requeues_only_on_a_measured_failure(wrappers, rc, wa
     assert (folder / "args").read_text().split() == ["node", "prolog"]
     assert subprocess.run([str(scripts["health"]), "--dry-run"], timeout=30).returncode == rc
     assert (folder / "args").read_text().split() == ["node", "health", "--dry-run"]
+    # the Epilog never fails (Slurm would drain the node), and passes the re-test interval on
+    assert subprocess.run([str(scripts["epilog"])], timeout=30).returncode == 0
+    assert (folder / "args").read_text().split() == ["node", "epilog", "--min-interval", "300"]

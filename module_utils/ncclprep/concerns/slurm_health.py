@@ -1,14 +1,17 @@
-"""The slurm_health concern: ncclprep's health check and Prolog wired into an existing Slurm.
+"""The slurm_health concern: ncclprep's health check, Prolog and Epilog wired into an existing Slurm.
 
-Off by default (``slurm_health_enabled: false``); on, the role installs two wrappers,
-``ncclprep-health`` (Slurm's HealthCheckProgram: ``ncclprep node health``, nodehealth.py) and
-``ncclprep-prolog`` (its Prolog: ``ncclprep node prolog``), and sets in slurm.conf the lines that
-run them (``SETTINGS``), then has Slurm read its configuration again (``scontrol reconfigure``).
-slurm.conf must say the same on every node: the role sets the same lines on each.
+Off by default (``slurm_health_enabled: false``); on, the role installs three wrappers,
+``ncclprep-health`` (Slurm's HealthCheckProgram: ``ncclprep node health``, nodehealth.py),
+``ncclprep-prolog`` (its Prolog: ``ncclprep node prolog``) and ``ncclprep-epilog`` (its Epilog:
+``ncclprep node epilog``, root's network re-test, retest.py), the folder of the jobs' claims, and
+sets in slurm.conf the lines that run them (``SETTINGS``), then has Slurm read its configuration
+again (``scontrol reconfigure``). slurm.conf must say the same on every node: the role sets the
+same lines on each.
 
 Reading (``read``): slurm.conf's settings (``parse_slurm_conf``). Intent: ``intent``. Check:
 ``slurm.health``. Slurm's rules for these settings: ../shared/reviews/slurm.md (HealthCheckProgram
-killed after 60 s; a Prolog expected within MessageTimeout, 10 s; a non-zero Prolog drains).
+killed after 60 s; a Prolog expected within MessageTimeout, 10 s; a non-zero Prolog or Epilog
+drains the node).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, verdict
 
 #: The slurm.conf settings this concern owns, in the order it writes them (slurm.conf(5)).
-SETTINGS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog")
+SETTINGS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog", "Epilog")
 #: HealthCheckNodeState values slurm.conf(5) accepts (a comma-separated list of them).
 NODE_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "NONDRAINED_IDLE", "MIXED")
 
@@ -61,7 +64,8 @@ def setting(settings: dict, key: str) -> str | None:
 
 
 def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
-    """slurm.health: slurm.conf runs ncclprep's health check and Prolog as intended on every host.
+    """slurm.health: slurm.conf runs ncclprep's health check, Prolog and Epilog as intended on every
+    host.
 
     intent ``slurm_health``: {config, lines: {setting: value}}, None when the concern is off. facts
     ``slurm_health``: ``read_conf``'s. FAIL measures host -> {setting: what slurm.conf says (None:
@@ -86,9 +90,10 @@ def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
         return []
     hosts = ", ".join(problems)
     return [verdict("slurm.health", problems, expected=expected,
-                    message=f"slurm.conf does not run ncclprep's health check and Prolog as intended on {hosts}",
+                    message=f"slurm.conf does not run ncclprep's health check, Prolog and Epilog as intended on "
+                            f"{hosts}",
                     remediation="re-run site.yml (role slurm_health), then scontrol reconfigure",
-                    passed="slurm.conf runs ncclprep's health check and Prolog on every host",
+                    passed="slurm.conf runs ncclprep's health check, Prolog and Epilog on every host",
                     passed_measured=f"{checked} hosts")]
 
 
@@ -107,19 +112,20 @@ def read(run: Runner, p: dict) -> dict:
 
 #: The variables the intent is computed from (concerns.intent hands over these only).
 INTENT_VARS = ("slurm_health_config", "slurm_health_program", "slurm_health_interval", "slurm_health_node_state",
-               "slurm_health_prolog", "slurm_health_prolog_enabled")
+               "slurm_health_prolog", "slurm_health_prolog_enabled", "slurm_health_epilog",
+               "slurm_health_epilog_enabled", "slurm_health_retest_interval")
 #: The facts it takes from the node: none (slurm.conf's lines are what it sets).
 INTENT_FACTS = ()
 
 
 def intent(v: dict, node: dict) -> dict:
-    """``{config, program, prolog (None: no Prolog), lines: {setting: value}}``: the slurm.conf lines
-    that run ``slurm_health_program`` every ``slurm_health_interval`` seconds on nodes in
-    ``slurm_health_node_state``, and ``slurm_health_prolog`` as the Prolog unless
-    ``slurm_health_prolog_enabled`` is false. Raises ValueError naming the variable and value for an
-    interval below 1 or above Slurm's 65535, a node state slurm.conf(5) does not know, or a relative
-    path."""
-    for name in ("slurm_health_config", "slurm_health_program", "slurm_health_prolog"):
+    """``{config, program, prolog, epilog (None: not set), retest_interval, lines: {setting: value}}``:
+    the slurm.conf lines that run ``slurm_health_program`` every ``slurm_health_interval`` seconds
+    on nodes in ``slurm_health_node_state``, ``slurm_health_prolog`` as the Prolog and
+    ``slurm_health_epilog`` as the Epilog unless their ``_enabled`` is false. Raises ValueError
+    naming the variable and value for an interval below 1 or above Slurm's 65535, a re-test
+    interval outside 0-86400 s, a node state slurm.conf(5) does not know, or a relative path."""
+    for name in ("slurm_health_config", "slurm_health_program", "slurm_health_prolog", "slurm_health_epilog"):
         if not os.path.isabs(str(v[name] or "")):
             raise ValueError(f"{name}={v[name]}: valid: an absolute path")
     try:
@@ -135,8 +141,18 @@ def intent(v: dict, node: dict) -> dict:
                          f"{', '.join(NODE_STATES)}")
     lines = {"HealthCheckProgram": v["slurm_health_program"], "HealthCheckInterval": interval,
              "HealthCheckNodeState": ",".join(s.upper() for s in states)}
+    try:
+        retest = int(v["slurm_health_retest_interval"])
+    except (TypeError, ValueError):
+        retest = -1
+    if not 0 <= retest <= 86400:
+        raise ValueError(f"slurm_health_retest_interval={v['slurm_health_retest_interval']}: valid: seconds, 0 to "
+                         "86400")
     prolog = v["slurm_health_prolog"] if v["slurm_health_prolog_enabled"] else None
     if prolog:
         lines["Prolog"] = prolog
+    epilog = v["slurm_health_epilog"] if v["slurm_health_epilog_enabled"] else None
+    if epilog:
+        lines["Epilog"] = epilog
     return {"config": v["slurm_health_config"], "program": v["slurm_health_program"], "prolog": prolog,
-            "lines": lines}
+            "epilog": epilog, "retest_interval": retest, "lines": lines}

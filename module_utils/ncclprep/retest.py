@@ -1,0 +1,393 @@
+"""``ncclprep node epilog`` and ``ncclprep node retest``: root's own network re-test, the only path
+from a network fault to a Slurm drain (issue 25; docs/slurm.md, "Verdicts a job's user cannot forge").
+
+A job's preflight (jobpreflight.py) runs as the job's user, so what it finds is a claim, not a
+verdict. When its checks failed on the network (slurm.is_network: net.*, collective.*, torchrun.*)
+each of its tasks leaves the claim on its node: ``CLAIMS_DIR/<job id>.json`` (``write_claim``), a
+folder of mode 1733 (anyone creates a file, nobody lists it, only its owner or root removes it).
+
+``ncclprep node epilog`` is slurm.conf's Epilog: root, on every node of a job as the job ends.
+It takes the job's claim (``take_claim``: a regular file owned by the job's user, SLURM_JOB_UID,
+whatever else is there is removed and ignored) and when there is none, or it names no network
+fault, it is done (the usual case: one stat). Otherwise the nodes of the job (SLURM_NODELIST in an
+Epilog's environment) re-test their network among themselves as root (``retest``):
+
+1. every node joins a store on the job's first node (its data-plane address, port
+   ``net.store_port + 3``, RETEST_PORT_OFFSET), sealed with a key derived from the munge key
+   (``retest_key``: every Slurm node holds it, only root reads it), and says whether it takes
+   part: a node that re-tested less than ``--min-interval`` seconds ago declines, so a forged
+   claim costs at most one probe per node and interval, never a drain of its own;
+2. the first node waits ``--join-timeout`` seconds and posts who takes part, none when any node
+   declined (every node must agree on the ranks);
+3. those nodes run the network probe (netprobe.probe) with the intent's ``job.net`` settings,
+   validate.yml's, and post their results; the first node judges them with validate.yml's net.*
+   checks (checks.network.check_network) and posts the rows;
+4. each node takes the failed rows that name it (report.common.host_status) as its network
+   verdict, enters it in its ledger (nodehealth.update_ledger; the entry's run is
+   ``retest <id> <time>``) and acts on it by slurm.decide with scope ``network``: two strikes with
+   different partners drain it; a pass resumes only a network drain of ncclprep's.
+
+``ncclprep node retest --id ID --nodes A,B,...`` is the same re-test started by root by hand on each
+of the nodes at once (pdsh, clush, an Ansible ad-hoc run): how a node drained for the network comes
+back once fixed, since a drained node runs no job and so no Epilog. It skips the rate limit.
+
+Both print one line and exit 0 whatever happened (the Epilog's wrapper too: Slurm drains a node
+whose Epilog fails); ``retest`` exits 1 when this node failed the re-test, 3 when it could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import re
+import socket
+import stat
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+
+from ansible.module_utils.ncclprep import nodecheck, slurm
+from ansible.module_utils.ncclprep.atomic import write_atomic
+from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
+
+#: Where a job's tasks leave their claim (the slurm_health role makes it, mode 1733, root).
+CLAIMS_DIR = "/var/spool/ncclprep/claims"
+#: Largest claim read, bytes (a claim lists check ids and host names).
+CLAIM_MAX_BYTES = 65536
+#: When this node last took part in a re-test (root's; its mtime is the time).
+STAMP_FILE = "/var/lib/ncclprep/retest-last"
+#: Every Slurm node's shared secret, readable by root (and munge) only.
+MUNGE_KEY = "/etc/munge/munge.key"
+#: The re-test's store listens on the network probe's store port plus this (the job's is +2).
+RETEST_PORT_OFFSET = 3
+#: Default seconds between two re-tests of one node (slurm_health_retest_interval).
+MIN_INTERVAL_S = 300.0
+#: Default seconds the first node waits for the others to join (the Epilogs of a job start together).
+JOIN_TIMEOUT_S = 20.0
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
+#: Set by the Epilog for its own second run under the torch runtime: the claim it took and believed.
+ENV_TAKEN = "NCCLPREP_CLAIM_TAKEN"
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+class CouldNotRun(Exception):
+    """The re-test cannot run here (no key, no intent, no store): nothing is judged."""
+
+
+def claim_path(job_id: str, folder: str = CLAIMS_DIR) -> str:
+    """The claim file of ``job_id``. Raises ValueError for an id that is not Slurm's (digits, or
+    ``digits_digits`` for an array task): no path is built from anything else."""
+    if not _JOB_ID.match(str(job_id)):
+        raise ValueError(f"job id {job_id!r}: not a Slurm job id")
+    return os.path.join(folder, f"{job_id}.json")
+
+
+def claim_of(checks: list[Mapping]) -> dict | None:
+    """What a job's preflight claims (``{checks: [id], hosts: [name]}``): its failed or hung
+    network checks (slurm.is_network) and the hosts they name; None when no network check failed."""
+    from ansible.module_utils.ncclprep.checks import BAD
+
+    bad = [c for c in checks if c.get("status") in BAD and slurm.is_network(c)]
+    if not bad:
+        return None
+    return {"checks": sorted({str(c["id"]) for c in bad}), "hosts": sorted({str(h) for c in bad for h in c["hosts"]})}
+
+
+def write_claim(job_id: str, claim: Mapping, folder: str = CLAIMS_DIR) -> str | None:
+    """Leave ``claim`` for this node's Epilog (as the job's user): the path written, or None when
+    the folder is not there (the slurm_health concern is off) or refuses the file. Raises nothing."""
+    try:
+        path = claim_path(job_id, folder)
+        if not os.path.isdir(folder):
+            return None
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(dict(claim, job_id=str(job_id)), fh)
+        return path
+    except (OSError, ValueError):
+        return None
+
+
+def take_claim(job_id: str, uid: int, folder: str = CLAIMS_DIR) -> tuple[dict | None, str]:
+    """The job's claim on this node, removed from the folder: ``(claim, why)``; claim None when
+    there is none or it is not to be believed: not a regular file, not owned by the job's user
+    ``uid``, larger than CLAIM_MAX_BYTES, not JSON naming this job. Raises nothing."""
+    try:
+        path = claim_path(job_id, folder)
+        st = os.lstat(path)
+    except ValueError as exc:
+        return None, str(exc)
+    except OSError:
+        return None, "no claim"
+    try:
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{path} is not a regular file: ignored"
+        if st.st_uid != uid:
+            return None, f"{path} belongs to uid {st.st_uid}, not the job's user ({uid}): ignored"
+        if st.st_size > CLAIM_MAX_BYTES:
+            return None, f"{path} is {st.st_size} bytes (at most {CLAIM_MAX_BYTES}): ignored"
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            claim = json.load(fh)
+        if not isinstance(claim, dict) or str(claim.get("job_id")) != str(job_id) \
+                or not isinstance(claim.get("checks"), list) or not claim["checks"]:
+            return None, f"{path} is not a claim of job {job_id}: ignored"
+        return claim, f"job {job_id} claims {', '.join(map(str, claim['checks']))}"
+    except (OSError, ValueError) as exc:
+        return None, f"{path}: {exc}: ignored"
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def retest_key(secret: bytes, run_id: str) -> str:
+    """The re-test's store key: HMAC-SHA256 of ``run_id`` under ``secret`` (the munge key), hex,
+    32 characters; every node of the re-test derives the same one, no job's user can."""
+    return hmac.new(secret, b"ncclprep-retest\0" + run_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def due(stamp: str, min_interval: float, now: float) -> tuple[bool, float | None]:
+    """``(this node may re-test now, seconds since its last re-test or None)``: when it last took
+    part (``stamp``'s mtime) lies ``min_interval`` seconds back or more, or it never did."""
+    try:
+        age = now - os.path.getmtime(stamp)
+    except OSError:
+        return True, None
+    return age >= min_interval, age
+
+
+def verdict_of(rows: list[Mapping], host: str, hosts: list[str], run: str) -> dict:
+    """This node's network verdict from the re-test's net.* ``rows`` (slurm.node_verdict's shape
+    plus ``run`` and ``scope: network``): FAIL with the failed rows that name ``host`` (a row that
+    names none of ``hosts`` names every one: report.common.host_status), else PASS."""
+    from ansible.module_utils.ncclprep.checks import BAD
+    from ansible.module_utils.ncclprep.report.common import host_status
+
+    failed = [dict(r) for r in rows if r.get("status") in BAD and host_status(r, hosts).get(host) in BAD]
+    return {"status": "FAIL" if failed else "PASS", "failed": failed, "why": None, "run": run, "scope": "network"}
+
+
+def _wait(store, keys: list[str], timeout_s: float) -> list[str]:
+    from ansible.module_utils.ncclprep.jobpreflight import _wait as wait
+
+    return wait(store, keys, timeout_s)
+
+
+def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: bool, join_timeout: float,
+           say) -> tuple[str, list[str], list[dict] | None]:
+    """Steps 1-3 of the module docstring on this node: ``(this node's member name, the members that
+    took part, the net.* rows)``; rows None when the re-test did not run (a node declined, fewer
+    than two joined).
+    ``nodes``: the Slurm names in the job's order, ``me`` this node's; ``may``: this node's rate
+    limit lets it take part. Raises CouldNotRun (no job settings, the store not reached)."""
+    from ansible.module_utils.ncclprep.jobpreflight import _open_store, job_members, options
+    from ansible.module_utils.ncclprep.netprobe import probe as net_probe
+
+    settings = doc.get("job")
+    if not isinstance(settings, dict):
+        raise CouldNotRun(f"{nodecheck.INTENT_FILE}: no job settings: run site.yml again with this ncclprep")
+    try:
+        names, addresses = job_members(settings["members"], nodes)
+    except nodecheck.CouldNotRun as exc:
+        raise CouldNotRun(str(exc)) from None
+    rank, world = nodes.index(me), len(nodes)
+    port = settings["net"]["store_port"] + RETEST_PORT_OFFSET
+    try:
+        store, _listener = _open_store(rank, world, addresses[0], port, key, join_timeout + 30)
+    except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
+        raise CouldNotRun(f"the re-test's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
+    store.set(f"may/{rank}", "1" if may else "0")
+    if rank == 0:
+        late = _wait(store, [f"may/{r}" for r in range(world)], join_timeout)
+        joined = [r for r in range(world) if f"may/{r}" not in late]
+        declined = [r for r in joined if store.get(f"may/{r}") != b"1"]
+        go = [] if declined or len(joined) < 2 else joined
+        if declined:
+            say(f"{', '.join(names[r] for r in declined)} re-tested less than the interval ago: no re-test")
+        store.set("go", json.dumps(go))
+    elif _wait(store, ["go"], join_timeout + 15):
+        raise CouldNotRun(f"no word from {names[0]} on who re-tests within {join_timeout + 15:g} s")
+    go = json.loads(store.get("go"))
+    store.set(f"read-go/{rank}", "1")
+    if rank not in go:
+        if rank == 0:  # the others read "go" from this node's store: keep it up until they have it
+            _wait(store, [f"read-go/{r}" for r in joined], 10)
+        return names[rank], [names[r] for r in go], None
+    taking = [names[r] for r in go]
+    o = options(settings, taking, [addresses[r] for r in go], go.index(rank), key, f"retest-{run_id}",
+                [1] * len(go))["net"]
+    say(f"{names[rank]}: re-testing the network with {', '.join(n for n in taking if n != names[rank])} "
+        f"(deadline {o['timeout']} s)")
+    store.set(f"net/{rank}", json.dumps(net_probe(o, None), default=str))
+    if rank == 0:
+        from ansible.module_utils.ncclprep.checks.network import check_network
+        from ansible.module_utils.ncclprep.model import Context
+
+        late = set(_wait(store, [f"net/{r}" for r in go], o["timeout"] + 30))
+        records = {names[r]: ({"alive": False} if f"net/{r}" in late
+                              else {"alive": True, "net": json.loads(store.get(f"net/{r}"))}) for r in go}
+        net = settings["net"]
+        ctx = Context(all_hosts=tuple(taking), max_latency_us=net["max_latency_us"], slow_z=net["slow_z"],
+                      slow_ratio=net["slow_ratio"], min_gbps=net["min_gbps"],
+                      link_floor_ratio=settings["report"]["link_floor_ratio"])
+        store.set("rows", json.dumps(check_network(records, ctx), default=str))
+    elif _wait(store, ["rows"], o["timeout"] + 60):
+        raise CouldNotRun(f"no judgement from {names[0]} within {o['timeout'] + 60:g} s")
+    rows = json.loads(store.get("rows"))
+    store.set(f"read-rows/{rank}", "1")
+    if rank == 0:  # the others read the rows from this node's store: keep it up until they have them
+        _wait(store, [f"read-rows/{r}" for r in go], 10)
+    return names[rank], taking, rows
+
+
+def act(host: str, verdict: dict, ledger_path: str, ending_job: bool, runner=subprocess_runner) -> str:
+    """Step 4 for this node's Slurm name ``host``: the ledger entry, sinfo, slurm.decide (scope
+    network), scontrol. ``ending_job``: run from the Epilog, where the node is ``completing`` the
+    job that ended (not busy with it: the re-test ran after its processes were gone). Returns the
+    line to print. Raises OSError when the ledger cannot be written."""
+    from ansible.module_utils.ncclprep.nodehealth import COMMAND_TIMEOUT, update_ledger
+
+    ledger = update_ledger(ledger_path, host, verdict)
+    rc, text, err = runner(["sinfo", "--noheader", "--Node", "--format", slurm.SINFO_FORMAT], COMMAND_TIMEOUT)
+    try:
+        nodes = slurm.parse_sinfo(text) if rc == 0 else {}
+    except ValueError:
+        nodes = {}
+    if host not in nodes:
+        return f"{host}: re-test {verdict['status']}; Slurm's view unreadable (sinfo exit {rc}): nothing done"
+    info = dict(nodes[host])
+    if ending_job and info.get("state") == "completing":
+        info["busy"] = False
+    decision = slurm.decide(host, info, verdict, ledger, nodes)
+    argv = slurm.scontrol(host, decision)
+    if argv is not None:
+        rc, _, err = runner(argv, COMMAND_TIMEOUT)
+        if rc != 0:
+            return f"{host}: {decision['action']} failed (scontrol exit {rc}: {' '.join(err.split())})"
+    return decision["why"]
+
+
+def parser(command: str) -> argparse.ArgumentParser:
+    """The options of ``ncclprep node epilog`` or ``ncclprep node retest``."""
+    from ansible.module_utils.ncclprep.nodehealth import LEDGER_FILE
+
+    if command == "epilog":
+        p = argparse.ArgumentParser(
+            prog="ncclprep node epilog", allow_abbrev=False,
+            description="Slurm's Epilog (root): when the ending job's preflight claimed a network fault, re-test "
+                        "the network among the job's nodes as root and act on the result (ledger, drain, resume).",
+            epilog="exit code: always 0 (Slurm drains a node whose Epilog fails); the line says what happened.")
+        p.add_argument("--claims", default=CLAIMS_DIR, help=f"the claims folder (default {CLAIMS_DIR})")
+        p.add_argument("--min-interval", type=float, default=MIN_INTERVAL_S,
+                       help=f"seconds between two re-tests of this node (default {MIN_INTERVAL_S:g})")
+    else:
+        p = argparse.ArgumentParser(
+            prog="ncclprep node retest", allow_abbrev=False,
+            description="Root's network re-test among NODES, started on each of them at once: this node's verdict "
+                        "enters its ledger; it drains on the second strike and resumes a network drain on a pass.",
+            epilog="exit codes: 0 passed (or the re-test did not run: a node declined); 1 this node failed; "
+                   "2 bad usage; 3 could not run.")
+        p.add_argument("--id", required=True, help="the re-test's name, the same on every node (letters, digits, "
+                                                   "_.:-)")
+        p.add_argument("--nodes", required=True, help="the Slurm names of the nodes, comma-separated, the same "
+                                                      "order on every node (the first hosts the store)")
+    p.add_argument("--node", default=None, help="Slurm's name of this node (default $SLURMD_NODENAME, then the "
+                                                "host name)")
+    p.add_argument("--join-timeout", type=float, default=JOIN_TIMEOUT_S,
+                   help=f"seconds the first node waits for the others (default {JOIN_TIMEOUT_S:g})")
+    p.add_argument("--intent", default=nodecheck.INTENT_FILE, help="the intent document")
+    p.add_argument("--ledger", default=LEDGER_FILE, help=f"this node's past verdicts (default {LEDGER_FILE})")
+    p.add_argument("--munge-key", default=MUNGE_KEY, help=f"the shared secret (default {MUNGE_KEY})")
+    p.add_argument("--stamp", default=STAMP_FILE, help=argparse.SUPPRESS)
+    return p
+
+
+def _say(text: str) -> None:
+    print(f"ncclprep retest: {datetime.datetime.now():%H:%M:%S} {text}", file=sys.stderr, flush=True)
+
+
+def run(opts: argparse.Namespace, nodes: list[str], me: str, run_id: str, may: bool,
+        ending_job: bool) -> tuple[int, str]:
+    """The re-test and its act for this node: ``(exit code, line)``. Raises nothing."""
+    try:
+        with open(opts.munge_key, "rb") as fh:
+            key = retest_key(fh.read(), run_id)
+        doc = nodecheck.intent_document(opts.intent)
+        if may:
+            os.makedirs(os.path.dirname(opts.stamp) or ".", mode=0o700, exist_ok=True)
+            write_atomic(opts.stamp, f"{run_id}\n", mode=0o600)
+        member, taking, rows = retest(doc, nodes, me, run_id, key, may, opts.join_timeout, _say)
+    except (OSError, CouldNotRun, nodecheck.CouldNotRun) as exc:
+        return EXIT_COULD_NOT_RUN, f"{me}: UNKNOWN ({exc}): nothing done"
+    except Exception as exc:  # noqa: BLE001  (a crash, a store gone mid-run: say so, never a traceback alone)
+        print(f"ncclprep retest {me}: crashed:\n{traceback.format_exc()}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN, f"{me}: UNKNOWN (the re-test crashed: {type(exc).__name__}: {exc}): nothing done"
+    if rows is None:
+        return EXIT_OK, f"{me}: no re-test ({len(taking)} of {len(nodes)} nodes to re-test): nothing done"
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    verdict = verdict_of(rows, member, taking, f"retest {run_id} {stamp}")
+    try:
+        line = act(me, verdict, opts.ledger, ending_job)
+    except OSError as exc:
+        return EXIT_COULD_NOT_RUN, f"{me}: re-test {verdict['status']}, but the ledger cannot be written ({exc})"
+    return (EXIT_FAILED if verdict["status"] == "FAIL" else EXIT_OK), f"{me}: re-test {verdict['status']}: {line}"
+
+
+def main(argv: list[str], command: str = "retest", env: Mapping[str, str] | None = None) -> int:
+    """``ncclprep node epilog|retest [options]`` (``argv`` without ``node <command>``): the exit code."""
+    env = os.environ if env is None else env
+    try:
+        opts = parser(command).parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_OK if exc.code == 0 or command == "epilog" else EXIT_USAGE
+    me = opts.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    if command == "epilog":
+        # Slurm 22.05 hands its Epilog SLURM_NODELIST (no SLURM_JOB_NODELIST; seen on the local cluster)
+        job_id = env.get("SLURM_JOB_ID", "")
+        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+        try:
+            uid = int(env.get("SLURM_JOB_UID", ""))
+        except ValueError:
+            print(f"ncclprep epilog {me}: not run by Slurm's Epilog (no SLURM_JOB_UID): nothing done")
+            return EXIT_OK
+        why = env.get(ENV_TAKEN)  # set below by this command before it runs itself again under torch
+        if not why:
+            claim, why = take_claim(job_id, uid, opts.claims)
+            if claim is None:
+                print(f"ncclprep epilog {me}: job {job_id}: {why}: nothing to re-test")
+                return EXIT_OK
+            nodecheck.reexec_under_torch(["node", "epilog", *argv], {ENV_TAKEN: why})
+        from ansible.module_utils.ncclprep.jobpreflight import hostnames
+
+        try:
+            nodes = hostnames(nodelist)
+        except nodecheck.CouldNotRun as exc:
+            print(f"ncclprep epilog {me}: job {job_id}: {why}; {exc}: nothing done")
+            return EXIT_OK
+        if me not in nodes or len(nodes) < 2:
+            told = f"the job's nodes {nodelist}" if nodelist else "no node list from Slurm (SLURM_NODELIST)"
+            print(f"ncclprep epilog {me}: job {job_id}: {why}; {told}: no re-test with this node")
+            return EXIT_OK
+        may, age = due(opts.stamp, opts.min_interval, time.time())
+        _, line = run(opts, nodes, me, f"job-{job_id}", may, True)
+        print(f"ncclprep epilog job {job_id}: {why}; {line}")
+        return EXIT_OK
+    if not _RUN_ID.match(opts.id):
+        print(f"ncclprep retest {me}: --id={opts.id!r}: valid: 1-64 letters, digits, _ . : -", file=sys.stderr)
+        return EXIT_USAGE
+    nodes = [n for n in opts.nodes.split(",") if n]
+    if me not in nodes or len(nodes) < 2 or len(set(nodes)) != len(nodes):
+        print(f"ncclprep retest {me}: --nodes={opts.nodes!r}: valid: two or more distinct Slurm names, this node's "
+              "among them", file=sys.stderr)
+        return EXIT_USAGE
+    code, line = run(opts, nodes, me, opts.id, True, False)
+    print(f"ncclprep retest {line}")
+    return code

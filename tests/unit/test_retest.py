@@ -1,0 +1,252 @@
+"""Root's network re-test (module_utils/ncclprep/retest.py): the claim a job's user leaves and what
+of it the Epilog believes, the key, the rate limit, this node's verdict and what Slurm is told;
+then three nodes on loopback addresses re-testing for real through ``ncclprep node epilog``, with
+sinfo and scontrol stand-ins on PATH. The Slurm cluster's own run is the integration tier's
+(tests/integration/test_local_cluster.py)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+
+import pytest
+
+# Spawned nodes do not run conftest: import ncclprep first so module_utils is importable.
+# isort: off
+import ncclprep  # noqa: F401
+from ansible.module_utils.ncclprep import nodecheck, retest
+from ansible.module_utils.ncclprep.retest import (
+    claim_of,
+    claim_path,
+    due,
+    retest_key,
+    take_claim,
+    verdict_of,
+    write_claim,
+)
+
+BANDWIDTH = {"id": "net.bandwidth", "status": "FAIL", "hosts": ["n3"], "measured": {"n3": 0.02},
+             "expected": ">= 0.5 of the median", "message": "n3 sends slowly"}
+SYSCTL = {"id": "sysctl.net.core.somaxconn", "status": "FAIL", "hosts": ["n2"], "measured": {"n2": "128"},
+          "expected": "65535", "message": "128"}
+PASSING = {"id": "net.latency", "status": "PASS", "hosts": [], "measured": None, "expected": None, "message": ""}
+
+
+def test_a_claim_names_only_failed_network_checks_and_its_path_only_a_slurm_job_id(tmp_path):
+    assert claim_of([SYSCTL, PASSING]) is None
+    assert claim_of([SYSCTL, BANDWIDTH, dict(PASSING, id="collective.all_reduce", status="HANG", hosts=[])]) == {
+        "checks": ["collective.all_reduce", "net.bandwidth"], "hosts": ["n3"]}
+    assert claim_path("4242", "/c") == "/c/4242.json" and claim_path("17_3", "/c") == "/c/17_3.json"
+    for bad in ("../etc/passwd", "", "12/x", "12.json"):
+        with pytest.raises(ValueError, match="not a Slurm job id"):
+            claim_path(bad)
+    assert write_claim("5", {"checks": ["net.bandwidth"], "hosts": ["n3"]}, str(tmp_path / "absent")) is None
+
+
+def test_the_epilog_believes_only_the_jobs_users_own_regular_small_claim_and_removes_every_one(tmp_path):
+    folder = str(tmp_path)
+    uid = os.getuid()
+    claim = {"checks": ["net.bandwidth"], "hosts": ["n3"]}
+    path = write_claim("7", claim, folder)
+    assert path == f"{folder}/7.json" and oct(os.stat(path).st_mode & 0o777) == "0o600"
+    got, why = take_claim("7", uid, folder)
+    assert got == dict(claim, job_id="7") and why == "job 7 claims net.bandwidth" and not os.path.exists(path)
+    assert take_claim("7", uid, folder) == (None, "no claim")
+    write_claim("8", claim, folder)
+    got, why = take_claim("8", uid + 1, folder)
+    assert got is None and why == f"{folder}/8.json belongs to uid {uid}, not the job's user ({uid + 1}): ignored"
+    assert not os.path.exists(f"{folder}/8.json")
+    os.symlink("/etc/hostname", f"{folder}/9.json")
+    assert take_claim("9", uid, folder) == (None, f"{folder}/9.json is not a regular file: ignored")
+    assert not os.path.lexists(f"{folder}/9.json") and os.path.exists("/etc/hostname")
+    write_claim("10", claim, folder)
+    os.rename(f"{folder}/10.json", f"{folder}/11.json")  # another job's claim under this job's name
+    assert take_claim("11", uid, folder) == (None, f"{folder}/11.json is not a claim of job 11: ignored")
+    with open(f"{folder}/12.json", "w") as fh:
+        fh.write(json.dumps(dict(claim, job_id="12")) + " " * retest.CLAIM_MAX_BYTES)
+    assert take_claim("12", uid, folder)[1].endswith(f"bytes (at most {retest.CLAIM_MAX_BYTES}): ignored")
+    assert os.listdir(folder) == []
+
+
+def test_the_key_comes_from_the_shared_secret_and_the_run_and_the_rate_limit_from_the_stamp(tmp_path):
+    key = retest_key(b"munge secret", "job-7")
+    assert len(key) == 32 and int(key, 16) >= 0
+    assert key == retest_key(b"munge secret", "job-7")
+    assert len({key, retest_key(b"munge secret", "job-8"), retest_key(b"another secret", "job-7")}) == 3
+    stamp = tmp_path / "stamp"
+    assert due(str(stamp), 300, time.time()) == (True, None)
+    stamp.write_text("job-7\n")
+    may, age = due(str(stamp), 300, time.time() + 10)
+    assert not may and 9 < age < 12
+    assert due(str(stamp), 300, time.time() + 301)[0]
+
+
+def test_this_nodes_verdict_is_the_failed_rows_that_name_it():
+    hosts = ["n1", "n2", "n3"]
+    link = dict(BANDWIDTH, hosts=["n1 -> n2"])
+    assert verdict_of([BANDWIDTH, PASSING], "n3", hosts, "retest job-7 t")["failed"] == [BANDWIDTH]
+    v = verdict_of([BANDWIDTH, PASSING], "n1", hosts, "retest job-7 t")
+    assert v == {"status": "PASS", "failed": [], "why": None, "run": "retest job-7 t", "scope": "network"}
+    assert [verdict_of([link], h, hosts, "r")["status"] for h in hosts] == ["FAIL", "FAIL", "PASS"]
+    unnamed = dict(BANDWIDTH, status="HANG", hosts=[])  # names no host of the run: every one
+    assert {verdict_of([unnamed], h, hosts, "r")["status"] for h in hosts} == {"FAIL"}
+
+
+class Slurm:
+    """sinfo prints ``rows``; scontrol calls are kept."""
+
+    def __init__(self, rows: str):
+        self.rows, self.calls = rows, []
+
+    def __call__(self, argv, timeout):
+        self.calls.append(argv)
+        return (0, self.rows, "") if argv[0] == "sinfo" else (0, "", "")
+
+
+def test_the_epilogs_verdict_drains_on_the_second_strike_and_only_a_network_pass_resumes(tmp_path):
+    """A blame of the node itself is one strike per re-test; the Epilog's node is ``completing`` the
+    job that ended, which is no job running on it; the second strike drains; a node check's pass
+    leaves the network drain, a network pass resumes it."""
+    ledger = str(tmp_path / "ledger.json")
+    hosts = ["n1", "n2", "n3"]
+    rows = "n1|completing|none\nn2|completing|none\nn3|completing|none\n"
+    first = Slurm(rows)
+    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-7 a"), ledger, True, first)
+    assert line == "n3: network strike 1 of 2 (run:retest job-7 a); drains on a failure with another partner"
+    assert len(first.calls) == 1
+    busy = Slurm("n1|allocated|none\nn2|allocated|none\nn3|allocated|none\n")
+    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest x b"), ledger, False, busy)
+    assert "never drains a busy node" in line and len(busy.calls) == 1
+    second = Slurm(rows)
+    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-9 c"), ledger, True, second)
+    reason = "ncclprep: net.bandwidth: measured 0.02, expected >= 0.5 of the median"
+    assert line == f"n3: drained: {reason}"
+    assert second.calls[-1] == ["scontrol", "update", "NodeName=n3", "State=DRAIN", f"Reason={reason}"]
+    drained = Slurm(f"n1|idle|none\nn2|idle|none\nn3|drained|{reason}\n")
+    from ansible.module_utils.ncclprep import nodehealth
+
+    code, line, _ = nodehealth.health("n3", {"generated_at": nodehealth._now().isoformat(), "checks": [PASSING]},
+                                      ledger, drained, 900)
+    assert code == 0 and "which only root's network re-test resumes: left drained" in line
+    assert len(drained.calls) == 1
+    line = retest.act("n3", verdict_of([PASSING], "n3", hosts, "retest fixed d"), ledger, False, drained)
+    assert line == f"n3: passes now; resumed from {reason!r}"
+    assert drained.calls[-1] == ["scontrol", "update", "NodeName=n3", "State=RESUME"]
+    entries = json.loads(open(ledger).read())
+    assert [(e["scope"], e["status"]) for e in entries] == [("network", "FAIL")] * 3 + [("node", "PASS"),
+                                                                                       ("network", "PASS")]
+
+
+def test_the_epilog_without_slurms_variables_or_a_claim_does_nothing_and_exits_0(tmp_path, capsys):
+    env = {"SLURM_JOB_ID": "31", "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_NODELIST": "n1,n2",
+           "SLURMD_NODENAME": "n1"}
+    assert retest.main(["--claims", str(tmp_path)], "epilog", env) == 0
+    assert capsys.readouterr().out == "ncclprep epilog n1: job 31: no claim: nothing to re-test\n"
+    assert retest.main([], "epilog", {"SLURMD_NODENAME": "n1"}) == 0
+    assert "not run by Slurm's Epilog (no SLURM_JOB_UID)" in capsys.readouterr().out
+    assert retest.main(["--bogus"], "epilog", env) == 0
+    capsys.readouterr()
+    assert retest.main(["--id", "a/b", "--nodes", "n1,n2", "--node", "n1"], "retest", {}) == 2
+    assert "--id='a/b'" in capsys.readouterr().err
+    assert retest.main(["--id", "x", "--nodes", "n2,n3", "--node", "n1"], "retest", {}) == 2
+    assert nodecheck.main(["node", "retest", "--id", "x", "--nodes", "n1", "--node", "n1"]) == 2
+    assert "two or more distinct Slurm names" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- three nodes on loopback, for real
+
+HOSTS = ["n1", "n2", "n3"]
+ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def _settings(store_port: int, listen_port: int) -> dict:
+    return {
+        "members": dict(zip(HOSTS, ADDRS, strict=True)),
+        "net": {"store_port": store_port - retest.RETEST_PORT_OFFSET, "listen_port": listen_port, "ports": [],
+                "ephemeral_sample": 2, "mtu": 1500, "latency_samples": 20, "bandwidth_seconds": 0.05,
+                "matchings": 2, "every_pair": False, "repair": 2, "max_latency_us": None, "slow_z": -3.5,
+                "slow_ratio": 0.5, "min_gbps": None, "join_timeout": 10, "step_timeout": 1.0,
+                "connect_timeout": 0.5, "timeout": 60, "enabled": True},
+        "probe": {"port": 1, "ops": [], "sizes": [], "warmup": 0, "iters": 0, "timeout": 1, "join_timeout": 1,
+                  "local_ranks": None, "blame": False, "blame_timeout": 1, "enabled": False},
+        "report": {"min_busbw_gbps": None, "expect_net": None, "link_floor_ratio": None},
+    }
+
+
+def _node(folder: str, host: str, args: list[str], env: dict, queue) -> None:
+    os.environ["PATH"] = f"{folder}/bin:{os.environ['PATH']}"
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    out = StringIO()
+    with redirect_stdout(out):
+        code = retest.main(args, "epilog", env)
+    queue.put((host, code, out.getvalue()))
+
+
+def _epilogs(tmp_path, ctx, min_interval: float, with_claim: dict) -> dict:
+    queue, procs = ctx.Queue(), []
+    for host in HOSTS:
+        base = tmp_path / host
+        if with_claim[host]:
+            write_claim("77", {"checks": ["net.bandwidth"], "hosts": ["n3"]}, str(base / "claims"))
+        args = ["--claims", str(base / "claims"), "--intent", str(tmp_path / "intent.json"),
+                "--ledger", str(base / "ledger.json"), "--stamp", str(base / "stamp"),
+                "--munge-key", str(tmp_path / "munge.key"), "--min-interval", str(min_interval),
+                "--join-timeout", "5"]
+        env = {"SLURM_JOB_ID": "77", "SLURM_JOB_UID": str(os.getuid()), "SLURM_NODELIST": ",".join(HOSTS),
+               "SLURMD_NODENAME": host}
+        procs.append(ctx.Process(target=_node, args=(str(tmp_path), host, args, env, queue)))
+    for p in procs:
+        p.start()
+    out = {}
+    for _ in procs:
+        host, code, text = queue.get(timeout=120)
+        out[host] = (code, text.strip())
+    for p in procs:
+        p.join(10)
+    return out
+
+
+def test_three_nodes_epilogs_re_test_as_root_once_per_interval_and_a_node_without_a_claim_stays_out(tmp_path):
+    pytest.importorskip("torch")
+    from test_netprobe import _free_port, _ports
+
+    ctx = multiprocessing.get_context("spawn")
+    store, listen = _free_port(), _ports()[1]
+    (tmp_path / "intent.json").write_text(
+        json.dumps({"version": nodecheck.INTENT_VERSION, "host": "n1", "node": {}, "readers": {}, "intent": {},
+                    "job": _settings(store, listen)}))
+    (tmp_path / "munge.key").write_bytes(os.urandom(64))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sinfo").write_text("#!/bin/sh\nprintf 'n1|completing|none\\nn2|completing|none\\n"
+                                            "n3|completing|none\\n'\n")
+    (tmp_path / "bin" / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/scontrol.log\n")
+    for tool in ("sinfo", "scontrol"):
+        os.chmod(tmp_path / "bin" / tool, 0o755)
+    for host in HOSTS:
+        (tmp_path / host / "claims").mkdir(parents=True)
+    out = _epilogs(tmp_path, ctx, 300, {h: True for h in HOSTS})
+    for host in HOSTS:
+        code, line = out[host]
+        assert code == 0 and line == f"ncclprep epilog job 77: job 77 claims net.bandwidth; {host}: re-test PASS: " \
+                                      f"{host}: passes", out
+        entries = json.loads((tmp_path / host / "ledger.json").read_text())
+        assert [(e["scope"], e["status"], e["run"].split()[:2]) for e in entries] == [
+            ("network", "PASS", ["retest", "job-77"])]
+        assert os.listdir(tmp_path / host / "claims") == []
+    assert not (tmp_path / "scontrol.log").exists()  # nothing to drain or resume
+    # again at once: every node re-tested less than 300 s ago, so none re-tests, and quickly
+    start = time.monotonic()
+    out = _epilogs(tmp_path, ctx, 300, {h: True for h in HOSTS})
+    assert {h: out[h] for h in HOSTS} == {h: (0, f"ncclprep epilog job 77: job 77 claims net.bandwidth; {h}: no "
+                                                 "re-test (0 of 3 nodes to re-test): nothing done") for h in HOSTS}
+    assert time.monotonic() - start < 60
+    # n2 left no claim (its task died): it does nothing, the others re-test between themselves
+    out = _epilogs(tmp_path, ctx, 0, {"n1": True, "n2": False, "n3": True})
+    assert out["n2"] == (0, "ncclprep epilog n2: job 77: no claim: nothing to re-test")
+    for host in ("n1", "n3"):
+        assert out[host][1].endswith(f"{host}: re-test PASS: {host}: passes"), out
+    assert len(json.loads((tmp_path / "n1" / "ledger.json").read_text())) == 2
