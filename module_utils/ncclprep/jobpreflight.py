@@ -59,6 +59,7 @@ from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep import nodecheck
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
+from ansible.module_utils.ncclprep.netutil import missing_keys, open_signed_store
 
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
 ENV_TOKEN = "NCCLPREP_PREFLIGHT_TOKEN"
@@ -200,26 +201,6 @@ def _gpus() -> int:
         return 0
 
 
-def _open_store(rank: int, world: int, address: str, port: int, token: str, timeout_s: float):
-    import torch.distributed as dist
-    from ansible.module_utils.ncclprep.netutil import bound_tcp_store, signed_store
-
-    store, sock = bound_tcp_store(dist, rank, world, address, port, timeout_s)
-    return signed_store(dist, store, token), (store, sock)
-
-
-def _wait(store, keys: list[str], timeout_s: float) -> list[str]:
-    """The keys of ``keys`` still missing after waiting up to ``timeout_s`` seconds for them."""
-    deadline = time.monotonic() + timeout_s
-    missing = list(keys)
-    while missing:
-        missing = [k for k in missing if not store.check([k])]
-        if not missing or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    return missing
-
-
 def say(text: str) -> None:
     """One progress line on stderr, stamped (srun prefixes the task with --label)."""
     print(f"ncclprep node preflight: {datetime.datetime.now():%H:%M:%S} {text}", file=sys.stderr, flush=True)
@@ -240,7 +221,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     port = settings["net"]["store_port"] + JOB_PORT_OFFSET
     try:
         # _listener: the first node's listening socket, held open for as long as its store serves
-        store, _listener = _open_store(rank, world, addresses[0], port, token,
+        store, _listener = open_signed_store(rank, world, addresses[0], port, token,
                                        settings["probe"]["join_timeout"] + 30)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise nodecheck.CouldNotRun(f"the job's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
@@ -249,9 +230,9 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     store.set(f"gpus/{rank}", str(_gpus()))
     join = settings["probe"]["join_timeout"]
     if rank == 0:
-        late = _wait(store, [f"gpus/{r}" for r in range(world)], join)
+        late = missing_keys(store, [f"gpus/{r}" for r in range(world)], join)
         store.set("present", json.dumps([r for r in range(world) if f"gpus/{r}" not in late]))
-    elif _wait(store, ["present"], join + 15):
+    elif missing_keys(store, ["present"], join + 15):
         raise nodecheck.CouldNotRun(f"no word from {names[0]} on the nodes that take part within {join + 15} s")
     present = json.loads(store.get("present"))
     if rank not in present:
@@ -319,7 +300,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     if rank == 0:
         return _judge(store, record, names, present, settings, opts, job)
     say(f"{me}: done; waiting for {names[0]}'s verdict")
-    if _wait(store, ["verdict"], GATHER_SLACK_S * 2):
+    if missing_keys(store, ["verdict"], GATHER_SLACK_S * 2):
         print(f"ncclprep node preflight: {me}: no verdict from {names[0]} within {GATHER_SLACK_S * 2:g} s",
               file=sys.stderr)
         return EXIT_COULD_NOT_RUN
@@ -348,7 +329,7 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
 
     world = len(names)
     say(f"{names[0]}: waiting for the other nodes' records")
-    late = set(_wait(store, [f"record/{r}" for r in present if r], GATHER_SLACK_S))
+    late = set(missing_keys(store, [f"record/{r}" for r in present if r], GATHER_SLACK_S))
     records = {names[0]: mine}
     for r in range(1, world):
         key = f"record/{r}"

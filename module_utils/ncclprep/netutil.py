@@ -13,6 +13,7 @@ import hmac
 import ipaddress
 import re
 import socket
+import time
 
 #: A netdev name ncclprep writes into root scripts, systemd units and netplan: 1 to 15 (the
 #: kernel's IFNAMSIZ less its NUL) of ASCII letters, digits, '_', '.' and '-', not starting with
@@ -175,3 +176,28 @@ def signed_store(dist, store, token: str):
             return store.set_timeout(timeout)
 
     return _Signed()
+
+
+def open_signed_store(rank: int, world: int, address: str, port: int, token: str, timeout_s: float):
+    """A job's store (bound_tcp_store hosted by rank 0 at ``address``:``port``), every value sealed
+    with ``token`` (signed_store): ``(store, keep)``; the caller holds ``keep`` for as long as the
+    store serves (rank 0's listener). ``timeout_s`` bounds every store operation, the join too.
+    Raises whatever torch raises (RuntimeError, OSError, DistStoreError) when it is not reached."""
+    import torch.distributed as dist
+
+    store, sock = bound_tcp_store(dist, rank, world, address, port, timeout_s)
+    return signed_store(dist, store, token), (store, sock)
+
+
+def missing_keys(store, keys: list[str], timeout_s: float) -> list[str]:
+    """The keys of ``keys`` still missing from ``store`` after waiting up to ``timeout_s`` seconds
+    for them (polled every 0.2 s: a store's own wait raises on its timeout, and the caller wants to
+    know which are late)."""
+    deadline = time.monotonic() + timeout_s
+    missing = list(keys)
+    while missing:
+        missing = [k for k in missing if not store.check([k])]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return missing

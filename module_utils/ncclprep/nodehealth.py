@@ -187,6 +187,21 @@ def refresh(record_path: str, refresh_after: float, age_s: float | None, command
         return False
 
 
+def slurm_view(host: str, runner: Runner) -> tuple[dict | None, str | None]:
+    """Every node's state as ``sinfo`` shows it (slurm.parse_sinfo), under COMMAND_TIMEOUT:
+    ``(nodes, None)``, or ``(None, why)`` when sinfo failed, printed what is not its rows, or does
+    not list ``host``. The one reading of Slurm's view by the health check, the Prolog and the
+    re-test (retest.act). Raises nothing."""
+    rc, text, err = runner(["sinfo", "--noheader", "--Node", "--format", slurm.SINFO_FORMAT], COMMAND_TIMEOUT)
+    if rc != 0:
+        return None, " ".join((err or "").split()) or f"sinfo exit {rc}"
+    try:
+        nodes = slurm.parse_sinfo(text)
+    except ValueError as exc:
+        return None, str(exc)
+    return (nodes, None) if host in nodes else (None, f"sinfo does not list {host}")
+
+
 def health(host: str, record: dict | None, ledger_path: str, runner: Runner, max_age: float,
            dry_run: bool = False, now: datetime.datetime | None = None) -> tuple[int, str, dict]:
     """Steps 1-4 of the module docstring for ``host``: ``(exit code, the line to print, {verdict,
@@ -197,13 +212,8 @@ def health(host: str, record: dict | None, ledger_path: str, runner: Runner, max
     if verdict["status"] == "UNKNOWN":
         return EXIT_UNKNOWN, f"ncclprep health {host}: UNKNOWN ({verdict['why']}): neither drained nor resumed", out
     ledger = update_ledger(ledger_path, host, verdict)
-    rc, text, err = runner(["sinfo", "--noheader", "--Node", "--format", slurm.SINFO_FORMAT], COMMAND_TIMEOUT)
-    try:
-        nodes = slurm.parse_sinfo(text) if rc == 0 else None
-    except ValueError as exc:
-        nodes, err = None, str(exc)
-    if not nodes or host not in nodes:
-        why = (err or "").strip() or (f"sinfo does not list {host}" if nodes else f"sinfo exit {rc}")
+    nodes, why = slurm_view(host, runner)
+    if nodes is None:
         return EXIT_UNKNOWN, f"ncclprep health {host}: UNKNOWN (Slurm's view unreadable: {why}): nothing done", out
     decision = slurm.decide(host, nodes[host], verdict, ledger, nodes)
     argv = slurm.scontrol(host, decision)
@@ -253,14 +263,10 @@ def prolog(host: str, rows: list[dict] | None, why: str | None, record: dict | N
     if verdict["status"] != "FAIL":
         text = "passes" if verdict["status"] == "PASS" else f"UNKNOWN ({verdict['why']})"
         return EXIT_ACTED, f"ncclprep prolog {host}: {text}: the job runs", out
-    rc, text, err = runner(["sinfo", "--noheader", "--Node", "--format", slurm.SINFO_FORMAT], COMMAND_TIMEOUT)
-    try:
-        nodes = slurm.parse_sinfo(text) if rc == 0 else {}
-    except ValueError:
-        nodes = {}
-    if host not in nodes:
+    nodes, why = slurm_view(host, runner)
+    if nodes is None:
         return EXIT_ACTED, (f"ncclprep prolog {host}: fails ({slurm.reason(verdict['failed'], host)}), but Slurm's "
-                            f"view is unreadable (sinfo exit {rc}): UNKNOWN, the job runs"), out
+                            f"view is unreadable ({why}): UNKNOWN, the job runs"), out
     decision = slurm.decide(host, nodes[host], verdict, [], nodes)
     argv = slurm.scontrol(host, decision)
     out.update(decision=decision, argv=argv)

@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
+from ansible.module_utils.ncclprep.netutil import missing_keys, open_signed_store
 
 #: Where a job's tasks leave their claim (the slurm_health role makes it, mode 1733, root).
 CLAIMS_DIR = "/var/spool/ncclprep/claims"
@@ -175,12 +176,6 @@ def verdict_of(rows: list[Mapping], host: str, hosts: list[str], run: str) -> di
     return {"status": "FAIL" if failed else "PASS", "failed": failed, "why": None, "run": run, "scope": "network"}
 
 
-def _wait(store, keys: list[str], timeout_s: float) -> list[str]:
-    from ansible.module_utils.ncclprep.jobpreflight import _wait as wait
-
-    return wait(store, keys, timeout_s)
-
-
 def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: bool, join_timeout: float,
            say) -> tuple[str, list[str], list[dict] | None]:
     """Steps 1-3 of the module docstring on this node: ``(this node's member name, the members that
@@ -188,7 +183,7 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
     than two joined).
     ``nodes``: the Slurm names in the job's order, ``me`` this node's; ``may``: this node's rate
     limit lets it take part. Raises CouldNotRun (no job settings, the store not reached)."""
-    from ansible.module_utils.ncclprep.jobpreflight import _open_store, job_members, options
+    from ansible.module_utils.ncclprep.jobpreflight import job_members, options
     from ansible.module_utils.ncclprep.netprobe import probe as net_probe
 
     settings = doc.get("job")
@@ -201,25 +196,25 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
     rank, world = nodes.index(me), len(nodes)
     port = settings["net"]["store_port"] + RETEST_PORT_OFFSET
     try:
-        store, _listener = _open_store(rank, world, addresses[0], port, key, join_timeout + 30)
+        store, _listener = open_signed_store(rank, world, addresses[0], port, key, join_timeout + 30)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise CouldNotRun(f"the re-test's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
     store.set(f"may/{rank}", "1" if may else "0")
     if rank == 0:
-        late = _wait(store, [f"may/{r}" for r in range(world)], join_timeout)
+        late = missing_keys(store, [f"may/{r}" for r in range(world)], join_timeout)
         joined = [r for r in range(world) if f"may/{r}" not in late]
         declined = [r for r in joined if store.get(f"may/{r}") != b"1"]
         go = [] if declined or len(joined) < 2 else joined
         if declined:
             say(f"{', '.join(names[r] for r in declined)} re-tested less than the interval ago: no re-test")
         store.set("go", json.dumps(go))
-    elif _wait(store, ["go"], join_timeout + 15):
+    elif missing_keys(store, ["go"], join_timeout + 15):
         raise CouldNotRun(f"no word from {names[0]} on who re-tests within {join_timeout + 15:g} s")
     go = json.loads(store.get("go"))
     store.set(f"read-go/{rank}", "1")
     if rank not in go:
         if rank == 0:  # the others read "go" from this node's store: keep it up until they have it
-            _wait(store, [f"read-go/{r}" for r in joined], 10)
+            missing_keys(store, [f"read-go/{r}" for r in joined], 10)
         return names[rank], [names[r] for r in go], None
     taking = [names[r] for r in go]
     o = options(settings, taking, [addresses[r] for r in go], go.index(rank), key, f"retest-{run_id}",
@@ -231,7 +226,7 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
         from ansible.module_utils.ncclprep.checks.network import check_network
         from ansible.module_utils.ncclprep.model import Context
 
-        late = set(_wait(store, [f"net/{r}" for r in go], o["timeout"] + 30))
+        late = set(missing_keys(store, [f"net/{r}" for r in go], o["timeout"] + 30))
         records = {names[r]: ({"alive": False} if f"net/{r}" in late
                               else {"alive": True, "net": json.loads(store.get(f"net/{r}"))}) for r in go}
         net = settings["net"]
@@ -239,12 +234,12 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
                       slow_ratio=net["slow_ratio"], min_gbps=net["min_gbps"],
                       link_floor_ratio=settings["report"]["link_floor_ratio"])
         store.set("rows", json.dumps(check_network(records, ctx), default=str))
-    elif _wait(store, ["rows"], o["timeout"] + 60):
+    elif missing_keys(store, ["rows"], o["timeout"] + 60):
         raise CouldNotRun(f"no judgement from {names[0]} within {o['timeout'] + 60:g} s")
     rows = json.loads(store.get("rows"))
     store.set(f"read-rows/{rank}", "1")
     if rank == 0:  # the others read the rows from this node's store: keep it up until they have them
-        _wait(store, [f"read-rows/{r}" for r in go], 10)
+        missing_keys(store, [f"read-rows/{r}" for r in go], 10)
     return names[rank], taking, rows
 
 
@@ -253,16 +248,12 @@ def act(host: str, verdict: dict, ledger_path: str, ending_job: bool, runner=sub
     network), scontrol. ``ending_job``: run from the Epilog, where the node is ``completing`` the
     job that ended (not busy with it: the re-test ran after its processes were gone). Returns the
     line to print. Raises OSError when the ledger cannot be written."""
-    from ansible.module_utils.ncclprep.nodehealth import COMMAND_TIMEOUT, update_ledger
+    from ansible.module_utils.ncclprep.nodehealth import COMMAND_TIMEOUT, slurm_view, update_ledger
 
     ledger = update_ledger(ledger_path, host, verdict)
-    rc, text, err = runner(["sinfo", "--noheader", "--Node", "--format", slurm.SINFO_FORMAT], COMMAND_TIMEOUT)
-    try:
-        nodes = slurm.parse_sinfo(text) if rc == 0 else {}
-    except ValueError:
-        nodes = {}
-    if host not in nodes:
-        return f"{host}: re-test {verdict['status']}; Slurm's view unreadable (sinfo exit {rc}): nothing done"
+    nodes, why = slurm_view(host, runner)
+    if nodes is None:
+        return f"{host}: re-test {verdict['status']}; Slurm's view unreadable ({why}): nothing done"
     info = dict(nodes[host])
     if ending_job and info.get("state") == "completing":
         info["busy"] = False
