@@ -95,3 +95,19 @@ def test_every_documented_value_form_stays_accepted():
            "{dir}/nccl_trace_rank_", "NCCL_IB_TC": "106"}
     errors, _, effective = check_env(env)
     assert errors == [] and effective["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+
+
+def test_debugging_class_variables_warn_quoting_nccls_docs_and_the_socket_product_is_capped():
+    """NCCL's env.rst: NCCL_ALGO, NCCL_PROTO, NCCL_BUFFSIZE and the channel counts "should generally
+    not be set for production code" (a warning); NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD at
+    most 64 (an error). NCCL_IB_DISABLE, set on purpose without InfiniBand, is not warned about."""
+    errors, warnings, eff = check_env({"NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": 8, "NCCL_IB_DISABLE": 1,
+                                       "NCCL_DEBUG": "WARN"})
+    assert errors == [] and eff["NCCL_PROTO"] == "Simple"
+    assert warnings == [f"{v}: NCCL's documentation lists it among the debugging variables, which \"should generally "
+                        "not be set for production code\" (NCCL env.rst): keep it only for a measured reason"
+                        for v in ("NCCL_MAX_NCHANNELS=8", "NCCL_PROTO=Simple")]
+    errors, _, _ = check_env({"NCCL_SOCKET_NTHREADS": 8, "NCCL_NSOCKS_PERTHREAD": 16})
+    assert errors == ["NCCL_SOCKET_NTHREADS=8 x NCCL_NSOCKS_PERTHREAD=16 = 128 sockets: valid: at most 64 "
+                      "(NCCL env.rst)"]
+    assert check_env({"NCCL_SOCKET_NTHREADS": 4, "NCCL_NSOCKS_PERTHREAD": 16})[0] == []

@@ -89,6 +89,14 @@ ENUMS = {
     "NCCL_IB_ADDR_FAMILY": {"AF_INET", "AF_INET6"},
 }
 LIST_ENUMS = {"NCCL_ALGO", "NCCL_PROTO", "NCCL_DEBUG_SUBSYS"}
+# NCCL's own "debugging" variables that choose how collectives run (NVIDIA/nccl
+# docs/userguide/source/env.rst, section "Debugging": they "should generally not be set for
+# production code"; NCCL_PROTO=LL128 "on platforms that don't support it can lead to data
+# corruption"). NCCL_IB_DISABLE and NCCL_SHM_DISABLE sit in that section too but switch a transport
+# off, which a cluster without InfiniBand sets on purpose: not warned about.
+DEBUG_CLASS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+# The socket transport's threads times sockets per thread (env.rst: at most 64).
+MAX_SOCKETS = 64
 # Switches the NCCL User Guide documents as 0 (off) or 1 (on).
 SWITCHES = frozenset("""
 NCCL_IB_DISABLE NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_CUMEM_ENABLE NCCL_CHECKS_DISABLE NCCL_CHECK_POINTERS
@@ -206,7 +214,9 @@ def check_env(env: dict, interfaces: list[str] | None = None) -> tuple[list[str]
     - a switch (SWITCHES) must be 0 or 1, an integer (INTS) inside its range, an enumerated
       variable (ENUMS) one of its values (``value_problem``);
     - an interface variable must select at least one interface of ``interfaces`` (when given);
-      an exclusion list (``^...``) must leave at least one.
+      an exclusion list (``^...``) must leave at least one;
+    - NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD above MAX_SOCKETS is an error;
+    - a debugging-class variable (DEBUG_CLASS) is a warning quoting NCCL's documentation.
     Messages name the variable and value. Raises nothing.
     """
     errors: list[str] = []
@@ -236,7 +246,19 @@ def check_env(env: dict, interfaces: list[str] | None = None) -> tuple[list[str]
             if not chosen:
                 errors.append(f"{name}={text} selects no interface on this host "
                               f"(interfaces: {', '.join(interfaces) or 'none'})")
+        if name in DEBUG_CLASS:
+            warnings.append(f"{name}={text}: NCCL's documentation lists it among the debugging variables, which "
+                            "\"should generally not be set for production code\" (NCCL env.rst): keep it only for a "
+                            "measured reason")
         effective[name] = text
+    try:
+        sockets = int(effective["NCCL_SOCKET_NTHREADS"]) * int(effective["NCCL_NSOCKS_PERTHREAD"])
+    except (KeyError, ValueError):
+        sockets = 0
+    if sockets > MAX_SOCKETS:
+        errors.append(f"NCCL_SOCKET_NTHREADS={effective['NCCL_SOCKET_NTHREADS']} x NCCL_NSOCKS_PERTHREAD="
+                      f"{effective['NCCL_NSOCKS_PERTHREAD']} = {sockets} sockets: valid: at most {MAX_SOCKETS} "
+                      "(NCCL env.rst)")
     return errors, warnings, effective
 
 
