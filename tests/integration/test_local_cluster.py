@@ -384,7 +384,7 @@ def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_ot
         first = job.stdout.strip()
         start = time.monotonic()
         line = epilog_line("node3", first)
-        record("Epilog: root's network re-test of 3 nodes", time.monotonic() - start)
+        record("Epilog line, waited for after sbatch returned", time.monotonic() - start)
         assert line.startswith(f"ncclprep epilog job {first}: job {first} claims net.bandwidth; node3: re-test FAIL: "
                                f"node3: network strike 1 of 2 (run:retest job-{first} "), line
         assert "re-test PASS: node1: passes" in epilog_line("node1", first)
