@@ -140,7 +140,7 @@ def render_history(host: str, entries: list[dict]) -> str:
                      f"{'yes' if e.get('network') else 'no':7s} "
                      f"{','.join(e.get('partners') or []) or '-':16s} {', '.join(e.get('checks') or []) or '-'}")
     hits = sorted(slurm.strikes(entries))
-    lines.append(f"{host}: {len(entries)} verdicts; network strikes {len(hits)}"
+    lines.append(f"{host}: {len(entries)} verdict{'' if len(entries) == 1 else 's'}; network strikes {len(hits)}"
                  + (f" ({', '.join(hits)}): a drain needs 2 with different partners" if hits else ""))
     return "\n".join(lines)
 
