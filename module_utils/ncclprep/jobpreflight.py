@@ -168,6 +168,14 @@ def options(job: Mapping, names: list[str], addresses: list[str], rank: int, tok
     return {"net": net_opts, "probe": probe_opts}
 
 
+def net_limits(job: Mapping) -> dict:
+    """The net.* checks' limits (model.Context.NET_LIMITS keys) from the intent's ``job`` settings:
+    validate.yml's preflight_net_* values and the link floor ratio."""
+    net = job["net"]
+    return {"max_latency_us": net["max_latency_us"], "slow_z": net["slow_z"], "slow_ratio": net["slow_ratio"],
+            "min_gbps": net["min_gbps"], "link_floor_ratio": job["report"]["link_floor_ratio"]}
+
+
 def vetted(checks: list[dict], hosts: list[str]) -> tuple[list[str], list[str]]:
     """``(vetted, excluded)``: the hosts no failed or hung check names (report.common.host_status:
     a check naming no host of the job counts against all), in ``hosts`` order, and the others."""
@@ -222,7 +230,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     try:
         # _listener: the first node's listening socket, held open for as long as its store serves
         store, _listener = open_signed_store(rank, world, addresses[0], port, token,
-                                       settings["probe"]["join_timeout"] + 30)
+                                             settings["probe"]["join_timeout"] + 30)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise nodecheck.CouldNotRun(f"the job's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
     # who takes part: the nodes that joined the store within the join deadline, as the first node saw
@@ -339,9 +347,7 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
         if rec.get("alive", True):
             rec["blame"] = blame
     report = settings["report"]
-    limits = {"max_latency_us": settings["net"]["max_latency_us"], "slow_z": settings["net"]["slow_z"],
-              "slow_ratio": settings["net"]["slow_ratio"], "min_gbps": settings["net"]["min_gbps"],
-              "link_floor_ratio": report["link_floor_ratio"]}
+    limits = net_limits(settings)
     checks = evaluate(records, names, report["min_busbw_gbps"], limits, report["expect_net"])
     cluster = build_cluster(checks, names, records, utc_stamp(),
                             limits={"min_busbw_gbps": report["min_busbw_gbps"], "expect_net": report["expect_net"],

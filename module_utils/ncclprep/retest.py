@@ -183,7 +183,7 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
     than two joined).
     ``nodes``: the Slurm names in the job's order, ``me`` this node's; ``may``: this node's rate
     limit lets it take part. Raises CouldNotRun (no job settings, the store not reached)."""
-    from ansible.module_utils.ncclprep.jobpreflight import job_members, options
+    from ansible.module_utils.ncclprep.jobpreflight import job_members, net_limits, options
     from ansible.module_utils.ncclprep.netprobe import probe as net_probe
 
     settings = doc.get("job")
@@ -229,10 +229,7 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
         late = set(missing_keys(store, [f"net/{r}" for r in go], o["timeout"] + 30))
         records = {names[r]: ({"alive": False} if f"net/{r}" in late
                               else {"alive": True, "net": json.loads(store.get(f"net/{r}"))}) for r in go}
-        net = settings["net"]
-        ctx = Context(all_hosts=tuple(taking), max_latency_us=net["max_latency_us"], slow_z=net["slow_z"],
-                      slow_ratio=net["slow_ratio"], min_gbps=net["min_gbps"],
-                      link_floor_ratio=settings["report"]["link_floor_ratio"])
+        ctx = Context(all_hosts=tuple(taking), **net_limits(settings))
         store.set("rows", json.dumps(check_network(records, ctx), default=str))
     elif missing_keys(store, ["rows"], o["timeout"] + 60):
         raise CouldNotRun(f"no judgement from {names[0]} within {o['timeout'] + 60:g} s")
