@@ -39,6 +39,11 @@ options:
         (a bandwidth is slow below this modified z-score and this fraction of the median), min_gbps (a
         bandwidth floor in GB/s), link_floor_ratio (a floor of this fraction of the slower end's link
         speed, where ethtool shows it). Absent keys keep their defaults (50, -3.5, 0.5, none, 0.1); null: no limit."
+  tuning:
+    type: path
+    description:
+      - "The record of an C(ncclprep tune) run (reports/tune-*/tuning.json, on the controller): the report's
+        Tuning section (cluster.json C(tuning), summary.md, report.html). Null: none."
   textfile_dir:
     type: path
     description:
@@ -72,11 +77,13 @@ files:
   type: dict
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
 from ansible.module_utils.ncclprep.report import TEXTFILE_NAME, build_cluster, utc_stamp, write_reports
+from ansible.module_utils.ncclprep.tuning import report_section
 
 
 def main() -> None:
@@ -89,6 +96,7 @@ def main() -> None:
             net_limits=dict(type="dict", default={}),
             expect_net=dict(type="str", choices=["ib", "socket"]),
             textfile_dir=dict(type="path"),
+            tuning=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -104,6 +112,12 @@ def main() -> None:
     cluster = build_cluster(checks, p["hosts"], records, utc_stamp(),
                             limits={"min_busbw_gbps": p["min_busbw_gbps"], "expect_net": p["expect_net"],
                                     "net_limits": p["net_limits"]})
+    if p["tuning"]:
+        try:
+            with open(p["tuning"], encoding="utf-8") as fh:
+                cluster["tuning"] = report_section(json.load(fh))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            module.fail_json(msg=f"tuning={p['tuning']}: cannot read the tuning record: {exc}", checks=checks)
     problems = [f"{c['status']} {c['id']} [{', '.join(c['hosts'])}]: {c['message']}"
                 for c in checks if c["status"] in BAD]
     try:

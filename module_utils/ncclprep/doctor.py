@@ -333,6 +333,11 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
         return _grep(lines, "completion", regex=re.compile(rf"(?:error |status=(?:\w+\()?){f.get('error')}\b"))
     if fid == "nccl.warn":
         return _grep(lines, f["first"][:80]) if f.get("first") else []
+    if fid == "nccl.debug_class":
+        from ansible.module_utils.ncclprep.concerns.nccl_env import DEBUG_CLASS
+
+        forced = re.compile(r"\b(?:" + "|".join(DEBUG_CLASS) + r") set (?:by environment )?to ")
+        return _grep(lines, " to ", regex=forced)
     if fid == "nccl.transports":
         return _grep(lines, "via NET/") or _grep(lines, " via ", limit=3)
     if fid.startswith("nccl.rank") or fid == "nccl.ranks_not_logged":

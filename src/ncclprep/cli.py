@@ -4,6 +4,8 @@
                                                 the local podman cluster (playbooks/local_cluster.yml)
     ncclprep provision -i INVENTORY [ARGS...]   provision every node (site.yml)
     ncclprep validate -i INVENTORY [ARGS...]    the preflight: check, measure, report (validate.yml)
+    ncclprep tune -i INVENTORY [--no-verify] [ARGS...]
+                                                measure tune_space's variants, keep a winner, verify (tune.yml)
     ncclprep report [RUN] [--compare RUN] [--format md|html|json|junit] [-o FILE]
     ncclprep doctor [--json] FILE...            read a failed job's logs and tool output offline
     ncclprep node check [--json] [--only C...]  this node's checks, no Ansible (site.yml installs it on every node)
@@ -196,6 +198,19 @@ def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
     return code
 
 
+def _tune_command(args: argparse.Namespace, extra: list[str]) -> int:
+    from ncclprep.tune_cmd import tune_main
+
+    if args.inventory is None:
+        print("ncclprep tune: give the inventory, e.g. -i inventory/local (usage: ncclprep tune --help)",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not os.path.exists(args.inventory):
+        print(f"ncclprep tune: inventory {args.inventory!r} does not exist", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return tune_main(args.inventory, extra, verbose=args.verbose > 0, verify=not args.no_verify)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (each has --help)."""
     parser = argparse.ArgumentParser(prog="ncclprep", description=__doc__.splitlines()[0], epilog=PLAYBOOK_EPILOG,
@@ -220,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-v", "--verbose", action="count", default=0,
                        help="show ansible-playbook's output instead of the progress line (-vv and more: "
                             "also pass -v... to ansible-playbook)")
+    text = "measure variants of the host and NCCL settings, keep a winner only when it wins (tune.yml)"
+    p = sub.add_parser("tune", help=text, epilog=PLAYBOOK_EPILOG, allow_abbrev=False,
+                       description=text + ": the space is tune_space in the inventory (roles/tune, docs/tuning.md); "
+                                   "the winners go to the inventory's group_vars/all/ncclprep_tuned.yml, then site.yml "
+                                   "and validate.yml run. Other arguments go to ansible-playbook.")
+    p.add_argument("-i", "--inventory", help="inventory path, e.g. inventory/local")
+    p.add_argument("--no-verify", action="store_true",
+                   help="after the decision, only restore the tuned concerns (no site.yml whole, no validate.yml)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="show ansible-playbook's output")
     p = sub.add_parser("report", help="print, convert or compare the reports of validate runs", epilog=REPORT_EPILOG,
                        description="Print a validate run's report (default: reports/latest) in one of the "
                                    "formats, or what changed since another run.", allow_abbrev=False)
@@ -256,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("provision", "validate"):
             return _playbook_command(args, extra)
+        if args.command == "tune":
+            return _tune_command(args, extra)
         if extra and args.command == "report":
             args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "cluster":

@@ -31,8 +31,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from typing import IO
 
@@ -157,8 +159,11 @@ class Progress:
     """
 
     def __init__(self, label: str, stream: IO[str] | None = None, verbose: bool = False,
-                 clock=time.monotonic, echo: IO[str] | None = None) -> None:
+                 clock=time.monotonic, echo: IO[str] | None = None, task_lines: bool = True) -> None:
         self.label, self.verbose, self.clock = label, verbose, clock
+        #: off the terminal, a line per task start (False: only the failures; a caller that prints
+        #: its own progress between runs, ``ncclprep tune``)
+        self.task_lines = task_lines
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         # where -v shows ansible-playbook's output: standard output, colour kept only on a terminal
@@ -194,7 +199,8 @@ class Progress:
             self.no_hosts.append(self.pattern or data.get("play") or "")
         elif kind == "playbook_on_task_start":
             self.task, self.tasks = data.get("task") or data.get("name") or "", self.tasks + 1
-            self._draw("", newline=not self.tty)
+            if self.tty or self.task_lines:
+                self._draw("", newline=not self.tty)
         elif kind == "runner_on_ok":
             res = data.get("res") or {}
             self.counts["changed" if res.get("changed") else "ok"] += 1
@@ -267,11 +273,12 @@ def playbook_env() -> dict[str, str]:
 
 
 def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: str,
-                 verbose: bool = False, stream: IO[str] | None = None) -> RunResult:
+                 verbose: bool = False, stream: IO[str] | None = None, task_lines: bool = True) -> RunResult:
     """Run ``playbook`` (a path relative to the repository root) and return what happened.
 
     ``inventory``: a path (relative to the current folder) or None for ansible.cfg's;
     ``extra``: more ansible-playbook arguments, passed as given (``-l``, ``-e``, ``--check``...).
+    ``task_lines``: False prints, off a terminal, only the failures (not a line per task).
     Never raises for a failed run: a failure is in the result. Raises FileNotFoundError for an
     inventory path that does not exist (the caller reports it as bad input).
     """
@@ -283,13 +290,21 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         if not os.path.exists(inv):
             raise FileNotFoundError(f"inventory {inventory!r} does not exist (looked at {inv})")
         args = ["-i", inv, *args]
-    progress = Progress(label, stream=stream, verbose=verbose)
+    progress = Progress(label, stream=stream, verbose=verbose, task_lines=task_lines)
     private = tempfile.mkdtemp(prefix="ncclprep-run-")
     env = dict(os.environ, **playbook_env())
     if not (verbose and progress.echo_tty):  # ansible-playbook runs on a pty: no colour unless shown on one
         env["ANSIBLE_NOCOLOR"] = "1"
     started = time.monotonic()
     saved = dict(os.environ)
+    # Ctrl-C or SIGTERM cancels the run (ansible-runner kills ansible-playbook's process group) and the
+    # result says "interrupted". Given no cancel_callback, ansible-runner would install handlers of its
+    # own and leave them for the rest of the process: the next Ctrl-C would then stop nothing.
+    interrupted = threading.Event()
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, lambda _n, _f: interrupted.set())
     try:
         # ansible-runner passes `envvars` only to the child; PATH must also be right for the
         # lookup of ansible-playbook itself, so the parent's environment is set for the call.
@@ -297,15 +312,19 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         runner = ansible_runner.run(
             private_data_dir=private, project_dir=REPO_ROOT, playbook=playbook,
             cmdline=" ".join(shlex.quote(a) for a in args), envvars=env,
-            event_handler=progress, quiet=True, suppress_env_files=True,
+            event_handler=progress, quiet=True, suppress_env_files=True, cancel_callback=interrupted.is_set,
         )
         rc = runner.rc if isinstance(runner.rc, int) else EXIT_COULD_NOT_RUN
         error = None if runner.status in ("successful", "failed") else f"ansible-playbook {runner.status}"
+        if interrupted.is_set():
+            error = "interrupted"
         tail = _tail(runner) if (rc != 0 and not progress.failures) or (progress.no_hosts and not progress.recap) \
             else []
     except KeyboardInterrupt:
         rc, error, tail = 130, "interrupted", []
     finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
         os.environ.clear()
         os.environ.update(saved)
         progress.close()

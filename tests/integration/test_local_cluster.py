@@ -29,6 +29,7 @@ from localcluster import (
     NODES,
     REPO,
     STATE,
+    env,
     load,
     on,
     playbook,
@@ -716,3 +717,91 @@ def test_mtu_that_cuts_nodes_off_is_rolled_back(cluster):
                    "/sys/class/net/eth0/mtu"], timeout=60)
         assert mtu.stdout.strip() == "4096", n
 
+
+
+# -- ncclprep tune (issue 26) ----------------------------------------------------------------------
+#: A two-value MTU space, the collective only (the training job's step time is the unit tests' and the
+#: benchmark's: 15 s more a run here), two sizes.
+TUNE_SPACE = json.dumps({"tune_space": [{"name": "mtu", "values": [{"nic_mtu_value": 1500}, {"nic_mtu_value": 4096}]}],
+                         "tune_training": False, "tune_sizes": [1048576, 16777216]})
+TUNED = os.path.join(REPO, "inventory", "local", "group_vars", "all", "ncclprep_tuned.yml")
+
+
+def node_mtus() -> dict[str, str]:
+    return {n: on(n, "cat /sys/class/net/eth0/mtu").stdout.strip() for n in NODES}
+
+
+def tune_record(stdout: str) -> dict:
+    path = re.search(r"^ncclprep tune: the run's record: (\S+)$", stdout, re.M).group(1)
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def test_tune_decides_mtu_1500_against_4096_on_its_numbers_and_validate_passes_after(cluster, tmp_path_factory):
+    """`ncclprep tune` over MTU 1500 and 4096 (the inventory's): the variants alternate, five runs each; the
+    decision printed is the one the runs' medians give; the cluster ends with the inventory's MTU (or the
+    winner, written to group_vars/all/ncclprep_tuned.yml) and validate.yml, run by tune, passes with the
+    Tuning section in its report."""
+    from ansible.module_utils.ncclprep.tuning import decide
+
+    assert STATE.get("provisioned"), "runs after test_site_is_idempotent_and_validate_passes"
+    reports = str(tmp_path_factory.mktemp("reports"))
+    try:
+        res = run([os.path.join(BIN, "ncclprep"), "tune", "-i", "inventory/local", "-e", TUNE_SPACE,
+                   "-e", f"preflight_report_dir={reports}", "-e", f"preflight_dataset_path={DATASET}"], timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        rec = tune_record(res.stdout)
+        assert [v["name"] for v in rec["variants"]] == ["baseline", "mtu-0"]
+        assert [r["variant"] for r in rec["runs"]] == ["baseline", "mtu-0", "mtu-0", "baseline"] * 2 + ["baseline",
+                                                                                                      "mtu-0"]
+        assert re.search(r"^ncclprep tune: run 10/10 \(round 5/5\): mtu: nic_mtu_value=1500, about [\d.]+ min left$",
+                         res.stdout, re.M)
+        # the decision is the rule's on the recorded runs, and says so with its figures
+        series = {n: {s: [r["busbw"][str(s)] for r in rec["runs"] if r["variant"] == n] for s in (1048572, 16777212)}
+                  for n in ("baseline", "mtu-0")}
+        want = decide(series["baseline"], series["mtu-0"])
+        got = rec["result"]["decisions"]["mtu-0"]
+        assert got["verdict"] == want["verdict"] and got["keep"] == want["keep"]
+        assert f"  mtu: nic_mtu_value=1500: {want['verdict'].upper() if want['keep'] else want['verdict']}: " \
+               f"all_reduce busbw at 16777212 bytes {want['sizes'][16777212]['base_median']:.4g} -> " \
+               f"{want['sizes'][16777212]['variant_median']:.4g} GB/s" in res.stdout
+        assert node_mtus() == {n: "1500" if want["keep"] else "4096" for n in NODES}
+        assert os.path.exists(TUNED) == want["keep"]
+        # validate.yml after it: PASS, the Tuning section in every report
+        assert rec["verify"]["status"] == "PASS" and rec["verify"]["report_dir"].startswith(reports)
+        data = load(reports)
+        assert data["status"] == "PASS" and data["tuning"]["variants"][1]["verdict"] == want["verdict"]
+        with open(os.path.join(rec["verify"]["report_dir"], "summary.md"), encoding="utf-8") as fh:
+            assert "## Tuning: " in fh.read()
+    finally:
+        if os.path.exists(TUNED):  # a win here would leave MTU 1500 for the tests after this one
+            os.remove(TUNED)
+            run([os.path.join(BIN, "ansible-playbook"), "site.yml", "-i", "inventory/local"], timeout=900)
+
+
+def test_an_interrupted_tune_restores_the_inventorys_settings(cluster):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while the nodes run at MTU
+    1500: exit 3, "interrupted", the nodes back at 4096, nothing written."""
+    import signal
+
+    cmd = [os.path.join(BIN, "ncclprep"), "tune", "-i", "inventory/local", "-e", TUNE_SPACE]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("ncclprep tune: run 3/10"):  # run 2 left MTU 1500, run 3 (1500 again) is starting
+            time.sleep(3)
+            assert node_mtus() == {n: "1500" for n in NODES}
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=600)
+    stdout = "".join(out) + rest
+    shown = f"$ {' '.join(cmd)} -> {proc.returncode}\n{stdout[-3000:]}\n{err[-2000:]}\n"
+    assert proc.returncode == 3, shown
+    assert "ncclprep tune: interrupted" in err, shown
+    assert "nothing was kept; the inventory's settings are back in force" in stdout, shown
+    rec = tune_record(stdout)
+    assert rec["status"] == "interrupted" and rec["restored"]["ok"] and len(rec["runs"]) == 2
+    assert node_mtus() == {n: "4096" for n in NODES}
+    assert not os.path.exists(TUNED)

@@ -841,7 +841,8 @@ def test_report_order_and_ids_are_the_registry_order():
     assert ids == ["host.reachable", "data_plane.interface", "names.resolve", "names.reachable", "data_plane.mtu",
                    "sysctl.net.core.netdev_budget", "sysctl.net.core.somaxconn", "sysctl.net.ipv4.tcp_rmem",
                    "rps_rfs.queues", "numa.binding", "numa.irq_affinity", "roce.qos", "ssh.trust", "firewall.rules",
-                   "versions.torch", "nccl_env.ifname", "slurm.health", "links.rdma", "links.counters",
+                   "versions.torch", "nccl_env.ifname", "nccl_env.debug_class", "slurm.health", "links.rdma",
+                   "links.counters",
                    "tools.findings",
                    "dataset.path", "drift.files", "net.run", "collective.reduce_scatter",
                    "collective.all_reduce", "collective.transport", "torchrun.smoke"]
@@ -875,3 +876,21 @@ def test_retried_warning_names_the_links_sorted_with_their_evidence_and_cuts_the
     full = ("node1 -> node2 (10.0.0.2: ok on try 3 after timeout; reset); "
             "node3 -> node1 (node1: ok on try 2 after refused)")
     assert c["message"] == "2 of 6 logins passed only on a retry: " + full[:60]
+
+
+def test_a_debugging_class_nccl_variable_in_the_launch_environment_is_a_warning():
+    """NCCL's env.rst: NCCL_ALGO, NCCL_PROTO, ... "should generally not be set for production code"."""
+    c = by_id(evaluate(healthy(), HOSTS))["nccl_env.debug_class"]
+    assert c["status"] == "PASS"
+    assert c["message"] == "no debugging-class NCCL variable in the launch environment of 3 hosts"
+    rec = healthy()
+    rec["node2"]["intent"]["nccl_env"]["NCCL_ALGO"] = "Ring"
+    rec["node3"]["facts"].setdefault("nccl_env", {})["files"] = [
+        {"path": "/etc/ncclprep/nccl.env", "values": {}},
+        {"path": "/etc/nccl.conf", "values": {"NCCL_PROTO": "LL128", "NCCL_DEBUG": "WARN"}}]
+    c = by_id(evaluate(rec, HOSTS))["nccl_env.debug_class"]
+    assert c["status"] == "WARN" and c["hosts"] == ["node2", "node3"]
+    assert c["measured"] == {"node2": ["NCCL_ALGO=Ring (ncclprep's nccl_env)"],
+                             "node3": ["NCCL_PROTO=LL128 (/etc/nccl.conf)"]}
+    assert "should generally not be set for production code" in c["message"]
+    assert "ncclprep tune --nccl-tuner" in c["remediation"]

@@ -351,3 +351,30 @@ def test_a_failed_loop_is_named_by_its_failed_items_messages():
     progress, _ = feed([ev("runner_on_failed", host="node1", task="Check every role's variables against its "
                            "argument spec", task_action="ansible.builtin.validate_argument_spec", res=res)])
     assert progress.failures[0].message == res["results"][1]["msg"]  # each message once
+
+
+def test_ctrl_c_cancels_the_playbook_and_the_handlers_are_given_back(tmp_path):
+    """SIGINT during run_playbook: ansible-playbook is stopped, the result says "interrupted" and
+    SIGINT is Python's own handler again (ansible-runner, left to itself, installs one of its own for
+    good: a later Ctrl-C, between ncclprep tune's runs, would then stop nothing)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from ncclprep.runner import run_playbook
+
+    book = tmp_path / "sleep.yml"
+    book.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                    "    - ansible.builtin.pause:\n        seconds: 60\n")
+    before = signal.getsignal(signal.SIGINT)
+    timer = threading.Timer(6, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    try:
+        result = run_playbook(str(book), None, ["-i", "localhost,", "-c", "local"], "sleep", stream=io.StringIO())
+    finally:
+        timer.cancel()
+    assert result.error == "interrupted" and result.exit_code == 3
+    assert time.monotonic() - started < 40
+    assert signal.getsignal(signal.SIGINT) is before

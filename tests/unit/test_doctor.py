@@ -520,3 +520,20 @@ def test_a_file_larger_than_twice_the_read_window_is_read_at_both_ends_and_said_
     small = tmp_path / "small.log"
     small.write_bytes(data[:100_000])
     assert not any(n.startswith("input cut") for n in json.loads(run(["--json", str(small)])[1])["inputs"][0]["notes"])
+
+
+def test_a_job_log_that_forces_nccls_algorithm_and_protocol_is_warned_about():
+    """NCCL env.rst's debugging class in a job's log (issue 26): a WARN quoting the lines, no FAIL."""
+    log = ("gpu7:4101:4101 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0\n"
+           "gpu7:4101:4101 [0] NCCL INFO NCCL_ALGO set by environment to Tree\n"
+           "gpu7:4101:4101 [0] NCCL INFO NCCL_PROTO set by environment to LL128\n"
+           "gpu7:4101:4101 [0] NCCL INFO cudaDriverVersion 12040\n"
+           "gpu7:4101:4101 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+    result = diagnose_text(log, "rank0.log")
+    (f,) = [f for f in result["findings"] if f["id"] == "nccl.debug_class"]
+    assert f["severity"] == "WARN"
+    assert f["evidence"] == ["gpu7:4101:4101 [0] NCCL INFO NCCL_ALGO set by environment to Tree",
+                             "gpu7:4101:4101 [0] NCCL INFO NCCL_PROTO set by environment to LL128"]
+    assert f["message"].startswith("the job forces NCCL's own choices: NCCL_ALGO=Tree, NCCL_PROTO=LL128")
+    assert "ncclprep tune --nccl-tuner" in f["remediation"]
+    assert not [f for f in result["findings"] if f["severity"] == "FAIL"]

@@ -389,6 +389,9 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
         ("preflight", "Install the ncclprep command and this node's intent"),
         # lines of a file Slurm's admin owns: check slurm.health compares them (concerns/slurm_health.py)
         ("slurm_health", "Set ncclprep's lines in slurm.conf"),
+        # on the controller (delegate_to localhost): a tune step's result for the CLI, nothing on a node
+        ("tune", "Write the space and every node's settings for the CLI"),
+        ("tune", "Write the nodes' results for the CLI"),
     }
     writers = ("ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.blockinfile",
                "ansible.builtin.lineinfile", "ansible.builtin.known_hosts", "managed_files")  # not its state check

@@ -58,7 +58,8 @@ def test_a_pinned_torch_that_is_here_passes_and_the_record_is_written(tmp_path, 
                            "--intent", intent(tmp_path, torch.__version__), "--record", str(record)])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["status"] == "PASS"
-    assert [(r["id"], r["status"]) for r in out["checks"]] == [("versions.torch", "PASS"), ("nccl_env.ifname", "PASS")]
+    assert [(r["id"], r["status"]) for r in out["checks"]] == [("versions.torch", "PASS"), ("nccl_env.ifname", "PASS"),
+                                                                  ("nccl_env.debug_class", "PASS")]
     written = json.loads(record.read_text())
     assert written["host"] == "me" and written["checks"] == out["checks"]
     assert written["facts"]["versions"]["torch"] == torch.__version__
@@ -155,7 +156,8 @@ def test_only_one_concern_still_reads_the_node_its_check_needs(tmp_path, capsys)
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert [(r["id"], r["status"], r["message"]) for r in out["checks"]] == [
-        ("nccl_env.ifname", "PASS", "NCCL and Gloo sockets on the data-plane interface on 1 hosts")]
+        ("nccl_env.ifname", "PASS", "NCCL and Gloo sockets on the data-plane interface on 1 hosts"),
+        ("nccl_env.debug_class", "PASS", "no debugging-class NCCL variable in the launch environment of 1 hosts")]
 
 
 def test_options_from_the_inventory_are_converted_as_an_argument_spec_converts_them():

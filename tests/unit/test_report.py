@@ -259,3 +259,35 @@ def test_brief_and_sizes():
     assert brief(["a", "b"]) == "a, b" and brief("x" * 300, 20) == "x" * 17 + "..."
     assert brief({f"h{i}": i for i in range(100)}, 41) == "h0: 0; h1: 1; h2: 2; h3: 3 ... (+96 more)"
     assert [human_size(n) for n in (4096, 16777216, 4092, 3 << 30)] == ["4 KiB", "16 MiB", "4092 B", "3 GiB"]
+
+
+def _tuning_record() -> dict:
+    """An `ncclprep tune` record of two variants, five runs each, the variant 20 % ahead at 16 MiB."""
+    from ansible.module_utils.ncclprep.tuning import judge, plan
+
+    variants = plan([{"name": "mtu", "values": [{"nic_mtu_value": 9000}]}], {"nic_mtu_value": 4096})
+    runs = {"baseline": [0.50, 0.51, 0.49, 0.50, 0.52], "mtu-0": [0.60, 0.61, 0.59, 0.60, 0.62]}
+    figs = {n: [{"busbw": {1048576: 0.3, 16777216: x}, "step_s": 0.04, "variant": n} for x in xs]
+            for n, xs in runs.items()}
+    return {"generated_at": "2026-12-06T05:00:00Z", "status": "decided", "method": "bootstrap", "variants": variants,
+            "runs": figs["baseline"] + figs["mtu-0"], "result": judge(variants, figs),
+            "written": "inventory/x/group_vars/all/ncclprep_tuned.yml",
+            "plan": {"op": "all_reduce", "runs": 5, "min_gain": 0.05, "max_loss": 0.02}}
+
+
+def test_the_tuning_section_is_in_the_schema_the_summary_and_the_page():
+    from ansible.module_utils.ncclprep.report import render_html
+    from ansible.module_utils.ncclprep.tuning import report_section
+
+    cluster = make_cluster() | {"tuning": report_section(_tuning_record())}
+    jsonschema.validate(json.loads(json.dumps(cluster)), SCHEMA, cls=jsonschema.Draft202012Validator)
+    md = render_markdown(cluster)
+    assert "## Tuning: kept mtu: nic_mtu_value=9000" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| mtu: nic_mtu_value=9000"))
+    assert "0.6 (0.59-0.62)" in row and "+20.0 %" in row and "keep" in row
+    assert "Written to inventory/x/group_vars/all/ncclprep_tuned.yml." in md
+    page = render_html(cluster)
+    assert '<section id="tuning">' in page and 'id="plot-tuning"' in page
+    assert page.count("<polyline fill=\"none\"") == 2  # one line per variant
+    assert "median 0.6 GB/s, runs 0.59-0.62 (5)" in page
+    assert "## Tuning" not in render_markdown(make_cluster())

@@ -18,7 +18,7 @@ import os
 import re
 
 from ansible.module_utils.ncclprep.hostinfo import Runner
-from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, verdict
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, make_check, verdict
 
 
 def read_env(procfs: str = "/proc", env_files: list[str] | None = None) -> dict:
@@ -359,14 +359,52 @@ def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
                                 "left null (they default to the data-plane interface) or naming it, on "
                                 + ", ".join(problems),
                     passed=f"NCCL and Gloo sockets on the data-plane interface on {len(values)} hosts",
-                    passed_measured=values)]
+                    passed_measured=values),
+            *debug_class_check(records)]
+
+
+def debug_class_check(records: dict[str, HostRecord]) -> list[Check]:
+    """nccl_env.debug_class: WARN per host whose managed launch environment (intent ``nccl_env``) or
+    launch files on the node (facts ``nccl_env.files``) set a variable of NCCL's debugging class
+    (DEBUG_CLASS), which NCCL's env.rst says "should generally not be set for production code":
+    a forced algorithm, protocol, buffer size or channel count outlives the version and topology it
+    was chosen for. measured: host -> ["NAME=value (where)"]. PASS otherwise; no check when no host
+    has an nccl_env intent."""
+    found: dict[str, list[str]] = {}
+    hosts = 0
+    for host, rec in sorted(records.items()):
+        env = intent_of(rec, "nccl_env")
+        if env is None:
+            continue
+        hosts += 1
+        seen = {name: f"{name}={env[name]} (ncclprep's nccl_env)" for name in DEBUG_CLASS if env.get(name) is not None}
+        for f in (facts_of(rec).get("nccl_env") or {}).get("files") or []:
+            values = f.get("values") if isinstance(f, dict) else None
+            for name in DEBUG_CLASS:
+                if isinstance(values, dict) and name in values and name not in seen:
+                    seen[name] = f"{name}={values[name]} ({f.get('path')})"
+        if seen:
+            found[host] = sorted(seen.values())
+    if not hosts:
+        return []
+    expected = f"none of {', '.join(DEBUG_CLASS)}"
+    if not found:
+        return [make_check("nccl_env.debug_class", "PASS", (), measured={}, expected=expected,
+                           message=f"no debugging-class NCCL variable in the launch environment of {hosts} hosts")]
+    return [make_check("nccl_env.debug_class", "WARN", found, measured=found, expected=expected,
+                       message="debugging-class NCCL variables set for every job: " + "; ".join(
+                           f"{h}: {', '.join(v)}" for h, v in found.items()) + " (NCCL env.rst: they \"should "
+                           "generally not be set for production code\")",
+                       remediation="remove them from nccl_env_overrides (and the files named) and re-run site.yml; "
+                                   "to choose algorithms and protocols per size, give NCCL a tuner CSV "
+                                   "(`ncclprep tune --nccl-tuner`, docs/tuning.md)")]
 
 
 # This concern's entry in the registry (concerns/__init__.py).
 SWITCH = None
 DATA_PLANE = True
 FACTS = True
-IDS = ("nccl_env.ifname",)
+IDS = ("nccl_env.ifname", "nccl_env.debug_class")
 OPTIONS = dict(env_files=dict(type="list", elements="path", default=[]))
 
 

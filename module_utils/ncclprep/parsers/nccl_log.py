@@ -269,8 +269,14 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       numbers are one kind), the first as printed with a count of the others (``count``,
       ``first``: the first line's message); at most MAX_WARN_KINDS kinds, then one finding
       counting the rest.
+    - WARN ``nccl.debug_class`` when the log shows a variable of NCCL's debugging class set
+      (``NCCL_ALGO set by environment to Ring``; concerns/nccl_env.py DEBUG_CLASS). Source: NCCL's
+      env.rst, whose "Debugging" section says these "should generally not be set for production
+      code"; NCCL's tuner plugin (a CSV per size range) is the sanctioned way to choose them.
     - INFO ``nccl.transports`` with the transports used inside and between hosts.
     """
+    from ansible.module_utils.ncclprep.concerns.nccl_env import DEBUG_CLASS
+
     out: list[dict] = []
     subject_host = host or "host"
     ifaces = parsed.get("socket_interfaces", [])
@@ -326,6 +332,15 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
         more = f" (and {len(same) - 1} more like it)" if len(same) > 1 else ""
         out.append(finding("nccl.warn", "WARN", same[0]["host"] or subject_host, first + more, "", host=host,
                            count=len(same), first=first))
+    forced = {k: v for k, v in (parsed.get("env") or {}).items() if k in DEBUG_CLASS}
+    if forced:
+        out.append(finding("nccl.debug_class", "WARN", subject_host,
+                           "the job forces NCCL's own choices: " + ", ".join(f"{k}={v}" for k, v in forced.items())
+                           + " (NCCL env.rst lists them among the debugging variables, which \"should generally not be "
+                             "set for production code\")",
+                           "unset them in the job's environment and /etc/nccl.conf; measure first, and to choose "
+                           "algorithms and protocols per size give NCCL a tuner CSV (`ncclprep tune --nccl-tuner`, "
+                           "docs/tuning.md)", host=host, forced=forced))
     if parsed.get("hops"):
         used = transports_used(parsed["hops"])
         rdma = any(t.startswith("NET/IB") for t in used["inter_host"])

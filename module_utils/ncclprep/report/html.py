@@ -166,6 +166,56 @@ def _plot(op: str, rows: list[dict], floor: float | None) -> dict:
             "xlabel_x": left + pw / 2, "xlabel_y": h - 10, "ylabel_x": 16, "ylabel_y": top + ph / 2}
 
 
+#: Colours of the tuning plot's variants (the baseline first).
+SERIES = ("#444444", "#1f5fbf", "#d9641f", "#2a9d3a", "#9b3fbf", "#bf1f4f", "#1f9dbf", "#8c6d1f")
+
+
+def _tuning(tuning: dict | None) -> dict | None:
+    """The Tuning section: each variant's busbw against size (its runs' median, a bar from the lowest
+    to the highest run), and the rows of the decision table."""
+    if not tuning or not tuning.get("variants"):
+        return None
+    w, h, left, top = PLOT["width"], PLOT["height"], PLOT["left"], PLOT["top"]
+    pw, ph = w - left - PLOT["right"], h - top - PLOT["bottom"]
+    sizes = sorted({int(k) for v in tuning["variants"] for k in v["sizes"]})
+    rows = [{"label": v["label"], "verdict": v.get("verdict") or "", "why": v.get("why") or "",
+             "keep": v.get("keep"), "step": "" if v.get("step_s") is None else f"{v['step_s'] * 1e3:.1f}",
+             "gain": "" if v.get("ratio") is None else f"{(v['ratio'] - 1) * 100:+.1f} %",
+             "interval": "" if not v.get("interval") else f"{v['interval'][0]:.3f}-{v['interval'][1]:.3f}",
+             "cells": [("" if str(s) not in v["sizes"] else
+                        f"{v['sizes'][str(s)]['median']:.3g} ({v['sizes'][str(s)]['low']:.3g}-"
+                        f"{v['sizes'][str(s)]['high']:.3g})") for s in sizes]} for v in tuning["variants"]]
+    out = {"decision": tuning.get("decision"), "method": tuning.get("method"), "op": tuning.get("op"),
+           "written": tuning.get("written"), "sizes": [human_size(s) for s in sizes], "rows": rows, "series": []}
+    if not sizes:
+        return out
+    lx = {s: math.log2(max(s, 1)) for s in sizes}
+    lo, hi = min(lx.values()), max(lx.values())
+    ymax, step = _nice(max(c["high"] for v in tuning["variants"] for c in v["sizes"].values()) * 1.05)
+
+    def x(s: int, i: int) -> float:  # the variants side by side around each size
+        base = left + (pw / 2 if hi == lo else (lx[s] - lo) / (hi - lo) * pw)
+        return round(base + (i - (len(tuning["variants"]) - 1) / 2) * 4, 1)
+
+    def y(v: float) -> float:
+        return round(top + ph - v / ymax * ph, 1)
+    for i, v in enumerate(tuning["variants"]):
+        pts = [{"x": x(int(k), i), "y": y(c["median"]), "y_low": y(c["low"]), "y_high": y(c["high"]),
+                "title": f"{v['label']}: {human_size(int(k))} busbw median {c['median']:.4g} GB/s, runs "
+                         f"{c['low']:.4g}-{c['high']:.4g} ({c['runs']})"}
+               for k, c in sorted(v["sizes"].items(), key=lambda kv: int(kv[0]))]
+        out["series"].append({"label": v["label"], "colour": SERIES[i % len(SERIES)], "points": pts,
+                              "polyline": " ".join(f"{p['x']},{p['y']}" for p in pts)})
+    ticks, t = [], 0.0
+    while t <= ymax + 1e-9:
+        ticks.append({"y": y(t), "label": f"{t:.3g}"})
+        t += step
+    out["plot"] = {"width": w, "height": h, "x0": left, "x1": left + pw, "y0": top + ph, "y1": top, "yticks": ticks,
+                   "xticks": [{"x": x(s, (len(tuning["variants"]) - 1) / 2), "label": human_size(s)} for s in sizes],
+                   "xlabel_x": left + pw / 2, "xlabel_y": h - 10, "ylabel_x": 16, "ylabel_y": top + ph / 2}
+    return out
+
+
 def _hosts(cluster: dict, host_records: dict) -> list[dict]:
     bad_per_host = {h: 0 for h in cluster["hosts"]}
     for c in cluster["checks"]:
@@ -230,6 +280,7 @@ def view(cluster: dict, host_records: dict | None = None) -> dict:
                               for h, row in (versions.get("hosts") or {}).items()]},
         "matrices": matrices,
         "plots": [_plot(op, rows, floor) for op, rows in (cluster.get("collectives") or {}).items() if rows],
+        "tuning": _tuning(cluster.get("tuning")),
     }
 
 
@@ -392,6 +443,56 @@ Checks: {% for s, n in v.counts %}<span class="badge status-{{ s }}">{{ n }} {{ 
 {% endfor %}
 </div>
 </section>
+{% if v.tuning %}
+{% set t = v.tuning %}
+<section id="tuning">
+<h2>Tuning: {{ t.decision }}</h2>
+<p>{{ t.op }} busbw of each variant against the inventory's settings: the median of its runs, the bar
+from the lowest to the highest run. Decision rule: {{ t.method }}.</p>
+{% if t.plot %}
+{% set p = t.plot %}
+<figure>
+<svg id="plot-tuning" class="plot" width="{{ p.width }}" height="{{ p.height }}"
+ viewBox="0 0 {{ p.width }} {{ p.height }}" role="img" aria-label="busbw of each tuning variant against message size">
+<title>{{ t.op }}: busbw (GB/s) of each variant against message size (bytes)</title>
+{% for tk in p.yticks %}
+<line class="grid" x1="{{ p.x0 }}" x2="{{ p.x1 }}" y1="{{ tk.y }}" y2="{{ tk.y }}"/>
+<text x="{{ p.x0 - 6 }}" y="{{ tk.y + 4 }}" text-anchor="end">{{ tk.label }}</text>
+{% endfor %}
+{% for tk in p.xticks %}
+<text x="{{ tk.x }}" y="{{ p.y0 + 16 }}" text-anchor="middle">{{ tk.label }}</text>
+{% endfor %}
+<line class="axis" x1="{{ p.x0 }}" x2="{{ p.x1 }}" y1="{{ p.y0 }}" y2="{{ p.y0 }}"/>
+<line class="axis" x1="{{ p.x0 }}" x2="{{ p.x0 }}" y1="{{ p.y0 }}" y2="{{ p.y1 }}"/>
+{% for se in t.series %}
+<polyline fill="none" stroke="{{ se.colour }}" stroke-width="2" data-variant="{{ se.label }}"
+ points="{{ se.polyline }}"/>
+{% for pt in se.points %}
+<line stroke="{{ se.colour }}" x1="{{ pt.x }}" x2="{{ pt.x }}" y1="{{ pt.y_low }}" y2="{{ pt.y_high }}"/>
+<circle style="fill: {{ se.colour }}" cx="{{ pt.x }}" cy="{{ pt.y }}" r="3"><title>{{ pt.title }}</title></circle>
+{% endfor %}
+{% endfor %}
+<text x="{{ p.xlabel_x }}" y="{{ p.xlabel_y }}" text-anchor="middle">message size (bytes, log2 scale)</text>
+<text x="{{ p.ylabel_x }}" y="{{ p.ylabel_y }}" text-anchor="middle"
+ transform="rotate(-90 {{ p.ylabel_x }} {{ p.ylabel_y }})">busbw (GB/s)</text>
+</svg>
+<figcaption>{% for se in t.series %}<span style="color: {{ se.colour }}">&#9632; {{ se.label }}</span>
+{% endfor %}</figcaption>
+</figure>
+{% endif %}
+<table>
+<tr><th>variant</th>{% for s in t.sizes %}<th>{{ s }} GB/s</th>{% endfor %}<th>step (ms)</th><th>gain</th>
+<th>interval</th><th>verdict</th><th>why</th></tr>
+{% for r in t.rows %}
+<tr{% if r.keep %} class="status-PASS"{% endif %}><td>{{ r.label }}</td>
+{% for c in r.cells %}<td class="num">{{ c }}</td>{% endfor %}
+<td class="num">{{ r.step }}</td><td class="num">{{ r.gain }}</td><td class="num">{{ r.interval }}</td>
+<td>{{ r.verdict }}</td><td>{{ r.why }}</td></tr>
+{% endfor %}
+</table>
+{% if t.written %}<p>Written to {{ t.written }}.</p>{% endif %}
+</section>
+{% endif %}
 </body>
 </html>
 """

@@ -72,6 +72,7 @@ def render_markdown(cluster: dict) -> str:
             lines.append("")
     lines += _collective_tables(cluster.get("collectives") or {})
     lines += _training_table(checks)
+    lines += _tuning_section(cluster.get("tuning"))
     lines += _network_tables(cluster.get("network") or {}, hosts)
     while lines and lines[-1] == "":
         lines.pop()
@@ -188,6 +189,42 @@ def _training_table(checks: list) -> list[str]:
                  right={0, 1, 2, 3, 4})
     out += ["", "Communication: the part of the synchronising backward spent waiting for all-reduce after the last "
                 "gradient bucket was ready (not hidden behind computation).", ""]
+    return out
+
+
+def _tuning_section(tuning: dict | None) -> list[str]:
+    """The Tuning section (cluster.json ``tuning``, tuning.report_section): the decision, then per
+    variant its busbw per size (median of its runs, and their spread), the training step and the verdict."""
+    if not tuning:
+        return []
+    out = [f"## Tuning: {tuning['decision']}", ""]
+    out += _wrap(f"`ncclprep tune` of {tuning.get('generated_at')}: {tuning.get('op')} busbw against the inventory's "
+                 f"settings, {tuning.get('runs_per_variant')} runs a variant, alternating; kept only when at least "
+                 f"{(tuning.get('min_gain') or 0) * 100:g} % better at {tuning.get('target_bytes')} bytes, the "
+                 f"{tuning.get('method')} above 1, and no size (nor the training step) more than "
+                 f"{(tuning.get('max_loss') or 0) * 100:g} % worse.")
+    out.append("")
+    sizes = sorted({int(s) for v in tuning["variants"] for s in v["sizes"]})
+    rows = []
+    for v in tuning["variants"]:
+        cells = [v["label"]]
+        for size in sizes:
+            c = v["sizes"].get(str(size))
+            cells.append("" if c is None else f"{c['median']:.3g} ({c['low']:.3g}-{c['high']:.3g})")
+        cells.append("" if v.get("step_s") is None else f"{v['step_s'] * 1e3:.1f}")
+        cells.append("" if v.get("ratio") is None else f"{(v['ratio'] - 1) * 100:+.1f} %")
+        cells.append("" if not v.get("interval") else f"{v['interval'][0]:.3f}-{v['interval'][1]:.3f}")
+        cells.append(str(v.get("verdict") or ""))
+        rows.append(cells)
+    out += table(["variant", *(f"{human_size(s)} GB/s" for s in sizes), "step (ms)", "gain", "interval", "verdict"],
+                 rows, right=set(range(1, len(sizes) + 4)))
+    out.append("")
+    for v in tuning["variants"]:
+        if v.get("why"):
+            out += _wrap(f"- {v['label']}: {v['why']}", indent="  ")
+    if tuning.get("written"):
+        out += ["", f"Written to {tuning['written']}."]
+    out.append("")
     return out
 
 

@@ -1,0 +1,336 @@
+"""``ncclprep tune``: measure variants of the host and NCCL settings on the cluster, keep a winner
+only when it wins, write it through the roles, verify it (issue 26; docs/tuning.md).
+
+The steps, each one ``ansible-playbook tune.yml`` run (playbooks/tune.yml) through ``run_playbook``:
+
+1. plan: tune_space against its argument spec (roles/tune), every node's value of each variable
+   the space names;
+2. check: site.yml's checking play once per variant, with its values (``site.yml --tags
+   tune_check``: every role's input, nothing applied): a value any role refuses stops the run
+   here, before any change;
+3. measure: ``tuning.schedule``'s order (each round every variant once, rotated), each step
+   applying its variant through the roles (the baseline step re-applies the inventory's values)
+   and measuring the collective and the training job;
+4. decide (``tuning.judge``); restore: the winners written to the inventory's
+   ``group_vars/all/ncclprep_tuned.yml`` (commented with the figures and the date), or nothing
+   written; then site.yml over the tuned concerns (the inventory's settings, tuned or original)
+   and validate.yml, whose busbw is compared with the tuning's;
+5. an interrupted run (Ctrl-C, SIGTERM, a node lost, a failed measurement) is restored to the
+   inventory's settings at once and says so.
+
+Everything a run read and decided goes to ``reports/tune-<stamp>/tuning.json`` (and the steps'
+JSON beside it); validate.yml's report takes it as its "Tuning" section.
+
+Exit codes as the other commands: 0 done (a winner kept or none), 1 the verification's
+validate.yml failed, 2 bad input (refused before any change), 3 could not run or was interrupted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+
+import yaml
+
+# ncclprep must be imported before ansible.module_utils.ncclprep: keep this order.
+# isort: off
+from ncclprep import REPO_ROOT  # (extends ansible.module_utils.__path__)
+from ansible.module_utils.ncclprep import tuning
+# isort: on
+from ncclprep.runner import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_COULD_NOT_RUN, EXIT_PASS, run_playbook
+
+PLAYBOOK = "tune.yml"
+TUNED_FILE = os.path.join("group_vars", "all", "ncclprep_tuned.yml")
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+class Interrupted(Exception):
+    """SIGTERM as Ctrl-C: the run stops and the cluster is restored."""
+
+
+def _sigterm(_signum, _frame):
+    raise Interrupted("SIGTERM")
+
+
+def tuned_path(inventory: str) -> str:
+    """The vars file of the winners: ``group_vars/all/ncclprep_tuned.yml`` beside the inventory
+    (inside it when the inventory is a folder, next to it when a file)."""
+    inv = os.path.abspath(inventory)
+    return os.path.join(inv if os.path.isdir(inv) else os.path.dirname(inv), TUNED_FILE)
+
+
+def baseline_of(read: dict) -> dict:
+    """The inventory's value of every tunable variable, the same on every node. Raises ValueError
+    naming the variable and each node's value where they differ (tuning changes every node alike)."""
+    rows = read["baselines"]
+    first = rows[read["hosts"][0]]
+    for var in first:
+        values = {h: rows[h][var] for h in read["hosts"]}
+        if any(v != first[var] for v in values.values()):
+            shown = ", ".join(f"{h} {v!r}" for h, v in values.items())
+            raise ValueError(f"{var} differs between the nodes ({shown}): ncclprep tune sets one value on every "
+                             "node; make it one value in the inventory first")
+    return dict(first)
+
+
+def vars_file_text(result: dict, variants: dict, previous: dict, stamp: str, op: str) -> str:
+    """The tuned vars file: the previous tuned values updated with the winners, each winner's figures
+    as comments above (median busbw at the target, the gain, the interval and the method)."""
+    lines = [f"# Written by `ncclprep tune` on {stamp} (docs/tuning.md). Kept because each variant below",
+             "# won on this cluster; run `ncclprep tune` again after a change of hardware or software.", "#"]
+    for name in result["winners"]:
+        d = result["decisions"][name]
+        row = d["sizes"][d["target"]]
+        lines.append(f"# {variants[name]['label']}: {op} busbw at {d['target']} bytes {row['base_median']:.4g} -> "
+                     f"{row['variant_median']:.4g} GB/s ({(row['ratio'] - 1) * 100:+.1f} %, medians of "
+                     f"{d['runs']} runs), interval {d['interval'][0]:.3f}-{d['interval'][1]:.3f}")
+        if d.get("step"):
+            lines.append(f"#   training step {d['step']['base_median'] * 1e3:.1f} -> "
+                         f"{d['step']['variant_median'] * 1e3:.1f} ms (median)")
+    lines += [f"# Decision rule: {tuning.METHOD}; at least {tuning.MIN_GAIN * 100:g} % better at the target,",
+              f"# no size more than {tuning.MAX_LOSS * 100:g} % worse.", "---"]
+    values = dict(previous)
+    values.update(result["vars"])
+    return "\n".join(lines) + "\n" + yaml.safe_dump(values, default_flow_style=False, sort_keys=True)
+
+
+class Tune:
+    """One ``ncclprep tune`` run (module docstring)."""
+
+    def __init__(self, inventory: str, extra: list[str], verbose: bool = False, verify: bool = True) -> None:
+        self.inventory, self.extra, self.verbose, self.verify = inventory, list(extra), verbose, verify
+        stamp = datetime.datetime.now(datetime.timezone.utc)
+        self.stamp = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.dir = os.path.join(REPO_ROOT, "reports", "tune-" + stamp.strftime("%Y%m%d-%H%M%S"))
+        os.makedirs(self.dir, exist_ok=True)
+        self.record: dict = {"generated_at": self.stamp, "inventory": os.path.abspath(inventory),
+                             "method": tuning.METHOD, "runs": [], "status": "running"}
+        self.concerns: list[str] = []
+        self.changed = False
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _play(self, tags: list[str], label: str, values: dict | None = None, out: str | None = None,
+              playbook: str = PLAYBOOK):
+        args = [*self.extra, "--tags", ",".join(tags)]
+        if values:
+            path = os.path.join(self.dir, "variant.json")
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(values, fh)
+            args += ["-e", "@" + path]
+        if out:
+            args += ["-e", json.dumps({"tune_out": out})]
+        result = run_playbook(playbook, self.inventory, args, label, verbose=self.verbose, task_lines=False)
+        if result.error == "interrupted":  # Ctrl-C reached run_playbook (ansible-runner): the run's, not a step's
+            raise KeyboardInterrupt
+        return result
+
+    def _failed(self, result, what: str) -> str:
+        if result.error:
+            return f"{what}: {result.error}"
+        for f in result.failures:
+            how = "unreachable" if f.kind == "unreachable" else "failed"
+            return f"{what}: {f.host} {how} at '{f.task}': {f.message}"
+        return f"{what}: ansible-playbook exited with {result.rc}" + (
+            f" ({'; '.join(result.output_tail[-3:])})" if result.output_tail else "")
+
+    def plan(self) -> list[dict]:
+        out = os.path.join(self.dir, "plan.json")
+        result = self._play(["tune_plan"], "tune: read the space", out=out)
+        if result.exit_code != EXIT_PASS or not os.path.isfile(out):
+            raise StepFailed(self._failed(result, "reading tune_space"), result.exit_code)
+        with open(out, encoding="utf-8") as fh:
+            read = json.load(fh)
+        self.read = read
+        try:
+            self.baseline = baseline_of(read)
+            variants = tuning.plan(read["space"], self.baseline)
+            if len(variants) > 1:
+                tuning.schedule([v["name"] for v in variants], int(read["runs"]))
+        except ValueError as exc:
+            raise StepFailed(f"tune_space: {exc}", EXIT_BAD_INPUT) from None
+        self.concerns = sorted({c for v in variants for c in v["concerns"]})
+        self.record.update(plan=read, variants=variants, concerns=self.concerns)
+        return variants
+
+    def check(self, variants: list[dict]) -> None:
+        for v in variants[1:]:
+            _say(f"ncclprep tune: checking {v['label']} (every role's input, nothing changed)")
+            result = self._play(["tune_check"], f"tune: check {v['name']}", values=v["vars"], playbook="site.yml")
+            if result.exit_code != EXIT_PASS:
+                raise StepFailed(self._failed(result, f"variant {v['label']} refused"), result.exit_code)
+
+    def measure(self, variants: list[dict]) -> dict[str, list[dict]]:
+        by_name = {v["name"]: v for v in variants}
+        order = tuning.schedule(list(by_name), int(self.read["runs"]))
+        runs: dict[str, list[dict]] = {name: [] for name in by_name}
+        took: list[float] = []
+        for i, (rnd, name) in enumerate(order, 1):
+            v = by_name[name]
+            left = (len(order) - i + 1) * statistics.median(took) if took else None
+            _say(f"ncclprep tune: run {i}/{len(order)} (round {rnd + 1}/{self.read['runs']}): {v['label']}"
+                 + (f", about {left / 60:.1f} min left" if left is not None else ""))
+            out = os.path.join(self.dir, f"run-{i:03d}-{name}.json")
+            started = time.monotonic()
+            self.changed = True
+            result = self._play(["tune_apply", "tune_measure"], f"tune {i}/{len(order)} {name}",
+                                values=dict(v["vars"], tune_concerns=self.concerns), out=out)
+            took.append(time.monotonic() - started)
+            if result.exit_code != EXIT_PASS or not os.path.isfile(out):
+                raise StepFailed(self._failed(result, f"run {i} ({v['label']})"), EXIT_COULD_NOT_RUN)
+            with open(out, encoding="utf-8") as fh:
+                fig = tuning.run_figures(json.load(fh), self.read["op"])
+            fig.update(run=i, round=rnd, variant=name, seconds=round(took[-1], 1))
+            self.record["runs"].append(fig)
+            if fig["errors"] or not fig["busbw"]:
+                raise StepFailed(f"run {i} ({v['label']}): " + ("; ".join(fig["errors"]) or "no busbw measured"),
+                                 EXIT_COULD_NOT_RUN)
+            runs[name].append(fig)
+            shown = ", ".join(f"{s}: {b:.3g}" for s, b in sorted(fig["busbw"].items()))
+            _say(f"  busbw GB/s {shown}" + (f"; step {fig['step_s'] * 1e3:.1f} ms" if fig.get("step_s") else "")
+                 + f" ({took[-1]:.0f} s)")
+        return runs
+
+    def restore(self, why: str) -> bool:
+        """Apply the inventory's settings (tuned or original) to the tuned concerns; True when it ran clean."""
+        if not self.concerns:
+            return True
+        _say(f"ncclprep tune: {why}: applying the inventory's settings (site.yml --tags {','.join(self.concerns)})")
+        result = run_playbook("site.yml", self.inventory, [*self.extra, "--tags", ",".join(self.concerns)],
+                              "tune: restore", verbose=self.verbose, task_lines=False)
+        ok = result.exit_code == EXIT_PASS
+        self.record["restored"] = {"ok": ok, "why": why, "error": None if ok else self._failed(result, "restore")}
+        if not ok:
+            print(f"ncclprep tune: {self.record['restored']['error']}; run `ncclprep provision -i {self.inventory}` "
+                  "once the nodes are back", file=sys.stderr)
+        return ok
+
+    def write(self) -> str:
+        path = os.path.join(self.dir, "tuning.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.record, fh, indent=1, sort_keys=True, default=list)
+        return path
+
+
+class StepFailed(Exception):
+    """A step that failed: its message and the exit code it gives."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _decision_lines(result: dict, variants: list[dict], op: str) -> list[str]:
+    by_name = {v["name"]: v for v in variants}
+    lines = []
+    for name, d in result["decisions"].items():
+        row = d["sizes"][d["target"]]
+        lines.append(f"  {by_name[name]['label']}: {d['verdict'].upper() if d['keep'] else d['verdict']}: {op} busbw "
+                     f"at {d['target']} bytes {row['base_median']:.4g} -> {row['variant_median']:.4g} GB/s; {d['why']}")
+    return lines
+
+
+def tune_main(inventory: str, extra: list[str], verbose: bool = False, verify: bool = True) -> int:
+    """The command (module docstring). Returns the exit code."""
+    run = Tune(inventory, extra, verbose, verify)
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return _tune(run)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        path = run.write()
+        _say(f"ncclprep tune: the run's record: {path}")
+
+
+def _tune(run: Tune) -> int:
+    try:
+        variants = run.plan()
+        if len(variants) == 1:
+            run.record["status"] = "nothing to measure"
+            _say("ncclprep tune: every value of tune_space is the inventory's own: nothing to measure")
+            return EXIT_PASS
+        _say(f"ncclprep tune: {len(variants) - 1} variant(s) against the baseline, {run.read['runs']} runs each, "
+             f"{run.read['op']} at {', '.join(map(str, run.read['sizes']))} bytes"
+             + (" and the training job's step time" if run.read["training"] else ""))
+        run.check(variants)
+        runs = run.measure(variants)
+    except (StepFailed, KeyboardInterrupt, Interrupted) as exc:
+        if isinstance(exc, StepFailed):
+            code, why = exc.code, str(exc)
+        else:
+            code, why = EXIT_COULD_NOT_RUN, f"interrupted ({str(exc) or 'Ctrl-C'})"
+        print(f"ncclprep tune: {why}", file=sys.stderr)
+        run.record.update(status="interrupted" if run.changed else "refused", error=why)
+        if run.changed:
+            run.restore("stopped before a decision")
+            _say("ncclprep tune: nothing was kept; the inventory's settings are back in force")
+        return code
+    read = run.read
+    target = read["target_size"] if read["target_size"] is not None else None
+    result = tuning.judge(variants, runs, target, float(read["min_gain"]), float(read["max_loss"]))
+    for d in result["decisions"].values():
+        d["runs"] = int(read["runs"])
+    run.record.update(result=result)
+    _say("ncclprep tune: decision (" + tuning.METHOD + "):")
+    for line in _decision_lines(result, variants, read["op"]):
+        _say(line)
+    by_name = {v["name"]: v for v in variants}
+    if result["winners"]:
+        path = tuned_path(run.inventory)
+        prev = {}
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as fh:
+                prev = yaml.safe_load(fh) or {}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(vars_file_text(result, by_name, prev, run.stamp, read["op"]))
+        run.record["written"] = path
+        _say(f"ncclprep tune: kept {', '.join(by_name[w]['label'] for w in result['winners'])}: written to {path}")
+    else:
+        _say("ncclprep tune: no variant won: the inventory's settings stay (nothing written)")
+    run.record["status"] = "decided"
+    if not run.restore("the decision"):
+        return EXIT_COULD_NOT_RUN
+    if not run.verify:
+        return EXIT_PASS
+    return _verify(run, result, by_name)
+
+
+def _verify(run: Tune, result: dict, by_name: dict) -> int:
+    """site.yml whole (the tuned values become the node check's intent) and validate.yml with this
+    run's record as its report's Tuning section; its busbw at the target against the tuning's."""
+    read = run.read
+    if result["winners"]:
+        _say("ncclprep tune: provisioning with the tuned settings (site.yml)")
+        site = run_playbook("site.yml", run.inventory, run.extra, "tune: provision", verbose=run.verbose,
+                            task_lines=False)
+        if site.exit_code != EXIT_PASS:
+            print(f"ncclprep tune: {run._failed(site, 'site.yml')}", file=sys.stderr)
+            return EXIT_COULD_NOT_RUN
+    record = run.write()
+    _say("ncclprep tune: verifying with validate.yml")
+    val = run_playbook("validate.yml", run.inventory, [*run.extra, "-e", json.dumps({"preflight_tuning_file": record})],
+                       "tune: validate", verbose=run.verbose, task_lines=False)
+    report = (val.report or {}).get("report_dir")
+    verify = {"status": (val.report or {}).get("status"), "report_dir": report, "exit_code": val.exit_code}
+    if report:
+        try:
+            with open(os.path.join(report, "cluster.json"), encoding="utf-8") as fh:
+                cluster = json.load(fh)
+            rows = (cluster.get("collectives") or {}).get(read["op"]) or []
+            verify["busbw"] = {int(r["size_bytes"]): r["busbw_gbps"] for r in rows}
+        except (OSError, ValueError, KeyError):
+            pass
+    verify.update(tuning.verify_figures(result, run.record["runs"], verify.get("busbw") or {}, by_name))
+    run.record["verify"] = verify
+    _say(f"ncclprep tune: validate.yml {verify['status'] or 'did not report'}"
+         + (f" ({report}/summary.md)" if report else "") + f"; {verify['note']}")
+    return EXIT_PASS if val.exit_code == EXIT_PASS else (EXIT_CHECK_FAILED if val.exit_code == 1 else val.exit_code)
