@@ -128,6 +128,8 @@ def decide(base: Mapping[int, Sequence[float]], variant: Mapping[int, Sequence[f
 #: them, so a run could not go back and forth between on and off.)
 TUNABLE = {"nic_mtu_value": "nic_mtu", "sysctl_tuning_overrides": "sysctl_tuning",
            "nccl_env_overrides": "nccl_env"}
+#: The switch of a tunable's concern: with it false the role applies nothing, so no variant could be.
+SWITCHES = {"nic_mtu_value": "nic_mtu_enabled"}
 #: Variables whose value is a mapping: a variant's mapping is merged onto the inventory's.
 MERGED = frozenset({"sysctl_tuning_overrides", "nccl_env_overrides"})
 #: The NCCL variables a variant may set: NCCL's "system configuration" class for sockets and IB
@@ -158,7 +160,7 @@ def plan(space: Sequence[Mapping], baseline: Mapping) -> list[dict]:
     ``vars`` the extra variables that apply it (``{}`` for the baseline), ``concerns`` the roles
     that apply them. Raises ValueError naming ``tune_space[i]...``, the variable and the value for
     a variable that cannot be tuned, an NCCL variable outside NCCL_TUNABLE, an empty dimension or a
-    name used twice.
+    name used twice, and for a variable whose concern is switched off (SWITCHES) in ``baseline``.
     """
     out = [{"name": BASELINE, "dimension": None, "label": "the inventory's settings", "vars": {}, "concerns": []}]
     seen = set()
@@ -179,6 +181,10 @@ def plan(space: Sequence[Mapping], baseline: Mapping) -> list[dict]:
             for var, val in value.items():
                 if var not in TUNABLE:
                     raise ValueError(f"{at}.{var}={val!r}: {var} cannot be tuned; valid: {', '.join(TUNABLE)}")
+                switch = SWITCHES.get(var)
+                if switch and baseline.get(switch) is False:
+                    raise ValueError(f"{at}.{var}={val!r}: {switch} is false in the inventory, so {TUNABLE[var]} "
+                                     "applies nothing: switch it on to tune it")
                 if var in MERGED:
                     if not isinstance(val, Mapping):
                         raise ValueError(f"{at}.{var}={val!r}: valid: a mapping merged onto the inventory's")

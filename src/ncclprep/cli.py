@@ -6,6 +6,8 @@
     ncclprep validate -i INVENTORY [ARGS...]    the preflight: check, measure, report (validate.yml)
     ncclprep tune -i INVENTORY [--no-verify] [ARGS...]
                                                 measure tune_space's variants, keep a winner, verify (tune.yml)
+    ncclprep tune --nccl-tuner [ALGO,PROTO=]FILE... [--collective C] [-o CSV]
+                                                an NCCL tuner CSV from recorded nccl-tests sweeps
     ncclprep report [RUN] [--compare RUN] [--format md|html|json|junit] [-o FILE]
     ncclprep doctor [--json] FILE...            read a failed job's logs and tool output offline
     ncclprep node check [--json] [--only C...]  this node's checks, no Ansible (site.yml installs it on every node)
@@ -199,8 +201,10 @@ def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _tune_command(args: argparse.Namespace, extra: list[str]) -> int:
-    from ncclprep.tune_cmd import tune_main
+    from ncclprep.tune_cmd import nccl_tuner_main, tune_main
 
+    if args.nccl_tuner:
+        return nccl_tuner_main(args.nccl_tuner, args.collective, args.output)
     if args.inventory is None:
         print("ncclprep tune: give the inventory, e.g. -i inventory/local (usage: ncclprep tune --help)",
               file=sys.stderr)
@@ -243,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--inventory", help="inventory path, e.g. inventory/local")
     p.add_argument("--no-verify", action="store_true",
                    help="after the decision, only restore the tuned concerns (no site.yml whole, no validate.yml)")
+    p.add_argument("--nccl-tuner", nargs="+", metavar="[ALGO,PROTO=]FILE",
+                   help="no cluster run: write an NCCL tuner CSV (NCCL_TUNER_CONFIG_FILE) from recorded nccl-tests "
+                        "sweeps, one per forced algorithm and protocol (read from its NCCL INFO lines, or given as "
+                        "ring,simple=FILE) and best one of NCCL's own choice (default=FILE)")
+    p.add_argument("--collective", help="with --nccl-tuner: allreduce, allgather, reducescatter, broadcast or reduce "
+                                        "(default: what the sweeps print, else allreduce)")
+    p.add_argument("-o", "--output", metavar="FILE", help="with --nccl-tuner: write the CSV there (default: stdout)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="show ansible-playbook's output")
     p = sub.add_parser("report", help="print, convert or compare the reports of validate runs", epilog=REPORT_EPILOG,
                        description="Print a validate run's report (default: reports/latest) in one of the "

@@ -11,10 +11,12 @@ The steps, each one ``ansible-playbook tune.yml`` run (playbooks/tune.yml) throu
 3. measure: ``tuning.schedule``'s order (each round every variant once, rotated), each step
    applying its variant through the roles (the baseline step re-applies the inventory's values)
    and measuring the collective and the training job;
-4. decide (``tuning.judge``); restore: the winners written to the inventory's
+4. decide (``tuning.judge``); the winners written to the inventory's
    ``group_vars/all/ncclprep_tuned.yml`` (commented with the figures and the date), or nothing
-   written; then site.yml over the tuned concerns (the inventory's settings, tuned or original)
-   and validate.yml, whose busbw is compared with the tuning's;
+   written; then the inventory's settings back in force: site.yml whole where something was kept
+   (it becomes the node check's intent too), else site.yml over the tuned concerns; then
+   validate.yml, whose busbw is compared with the tuning's (``--no-verify``: only site.yml over
+   the tuned concerns);
 5. an interrupted run (Ctrl-C, SIGTERM, a node lost, a failed measurement) is restored to the
    inventory's settings at once and says so.
 
@@ -82,7 +84,8 @@ def baseline_of(read: dict) -> dict:
     return dict(first)
 
 
-def vars_file_text(result: dict, variants: dict, previous: dict, stamp: str, op: str) -> str:
+def vars_file_text(result: dict, variants: dict, previous: dict, stamp: str, op: str,
+                   min_gain: float = tuning.MIN_GAIN, max_loss: float = tuning.MAX_LOSS) -> str:
     """The tuned vars file: the previous tuned values updated with the winners, each winner's figures
     as comments above (median busbw at the target, the gain, the interval and the method)."""
     lines = [f"# Written by `ncclprep tune` on {stamp} (docs/tuning.md). Kept because each variant below",
@@ -96,8 +99,8 @@ def vars_file_text(result: dict, variants: dict, previous: dict, stamp: str, op:
         if d.get("step"):
             lines.append(f"#   training step {d['step']['base_median'] * 1e3:.1f} -> "
                          f"{d['step']['variant_median'] * 1e3:.1f} ms (median)")
-    lines += [f"# Decision rule: {tuning.METHOD}; at least {tuning.MIN_GAIN * 100:g} % better at the target,",
-              f"# no size more than {tuning.MAX_LOSS * 100:g} % worse.", "---"]
+    lines += [f"# Decision rule: {tuning.METHOD}; at least {min_gain * 100:g} % better at the target,",
+              f"# no size more than {max_loss * 100:g} % worse.", "---"]
     values = dict(previous)
     values.update(result["vars"])
     return "\n".join(lines) + "\n" + yaml.safe_dump(values, default_flow_style=False, sort_keys=True)
@@ -291,13 +294,15 @@ def _tune(run: Tune) -> int:
                 prev = yaml.safe_load(fh) or {}
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(vars_file_text(result, by_name, prev, run.stamp, read["op"]))
+            fh.write(vars_file_text(result, by_name, prev, run.stamp, read["op"], float(read["min_gain"]),
+                                    float(read["max_loss"])))
         run.record["written"] = path
         _say(f"ncclprep tune: kept {', '.join(by_name[w]['label'] for w in result['winners'])}: written to {path}")
     else:
         _say("ncclprep tune: no variant won: the inventory's settings stay (nothing written)")
     run.record["status"] = "decided"
-    if not run.restore("the decision"):
+    # with a winner, _verify's site.yml applies every concern from the inventory (the winner now in it)
+    if not (run.verify and result["winners"]) and not run.restore("the decision"):
         return EXIT_COULD_NOT_RUN
     if not run.verify:
         return EXIT_PASS
@@ -334,3 +339,39 @@ def _verify(run: Tune, result: dict, by_name: dict) -> int:
     _say(f"ncclprep tune: validate.yml {verify['status'] or 'did not report'}"
          + (f" ({report}/summary.md)" if report else "") + f"; {verify['note']}")
     return EXIT_PASS if val.exit_code == EXIT_PASS else (EXIT_CHECK_FAILED if val.exit_code == 1 else val.exit_code)
+
+
+def nccl_tuner_main(specs: list[str], collective: str | None, output: str | None) -> int:
+    """``ncclprep tune --nccl-tuner``: the CSV of ``tuner_csv`` from the sweeps ``specs``
+    (``[ALGO,PROTO=|default=]FILE``). Returns 0, or 2 naming the file or value refused."""
+    from ansible.module_utils.ncclprep import tuner_csv
+
+    sweeps = []
+    try:
+        for spec in specs:
+            label, _, path = spec.rpartition("=") if "=" in spec else (None, "", spec)
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                sweeps.append(tuner_csv.read_sweep(fh.read(), label or None, source=path))
+        chosen = tuner_csv.choose(sweeps)
+        named = collective or next((s["collective"] for s in sweeps if s["collective"]), None) or "allreduce"
+        if named not in tuner_csv.COLLECTIVES.values():
+            raise ValueError(f"--collective {named}: valid: {', '.join(tuner_csv.COLLECTIVES.values())}")
+        seen = {s["collective"] for s in sweeps if s["collective"]}
+        if seen - {named}:
+            raise ValueError(f"the sweeps measured {', '.join(sorted(seen))}, not {named}: one collective per CSV")
+    except (OSError, ValueError) as exc:
+        print(f"ncclprep tune --nccl-tuner: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    nodes = {s["nodes"] for s in sweeps if s["nodes"]}
+    ranks = {s["ranks"] for s in sweeps if s["ranks"]}
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = tuner_csv.render(named, tuner_csv.ranges(chosen), chosen, nodes.pop() if len(nodes) == 1 else None,
+                            ranks.pop() if len(ranks) == 1 else None, [s["source"] for s in sweeps], stamp)
+    if output:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        _say(f"ncclprep tune: wrote {output}: set NCCL_TUNER_CONFIG_FILE={os.path.abspath(output)} and "
+             "NCCL_TUNER_PLUGIN to NCCL's example tuner (docs/tuning.md)")
+    else:
+        sys.stdout.write(text)
+    return EXIT_PASS

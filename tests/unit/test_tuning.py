@@ -118,6 +118,15 @@ def test_the_plan_refuses_what_cannot_be_tuned_naming_where(space, message):
         plan(space, INVENTORY)
 
 
+def test_the_plan_refuses_an_mtu_when_nic_mtu_is_switched_off():
+    """nic_mtu_enabled false: the role applies nothing, every MTU run would measure the same thing."""
+    space = [{"name": "mtu", "values": [{"nic_mtu_value": 1500}]}]
+    with pytest.raises(ValueError, match=r"tune_space\[0\].values\[0\].nic_mtu_value=1500: nic_mtu_enabled is false "
+                                         r"in the inventory, so nic_mtu applies nothing"):
+        plan(space, dict(INVENTORY, nic_mtu_enabled=False))
+    assert [v["name"] for v in plan(space, dict(INVENTORY, nic_mtu_enabled=True))] == [BASELINE, "mtu-0"]
+
+
 def _records(busbw_large: float, step_s: float | None = 0.040, status: str = "PASS") -> dict:
     """Two nodes' nccl_probe and torchrun_smoke results as the measure step writes them."""
     out = {}

@@ -207,7 +207,7 @@ def _tuning_section(tuning: dict | None) -> list[str]:
     sizes = sorted({int(s) for v in tuning["variants"] for s in v["sizes"]})
     rows = []
     for v in tuning["variants"]:
-        cells = [v["label"]]
+        cells = [_cut(v["label"], 60)]
         for size in sizes:
             c = v["sizes"].get(str(size))
             cells.append("" if c is None else f"{c['median']:.3g} ({c['low']:.3g}-{c['high']:.3g})")

@@ -1,0 +1,162 @@
+"""``ncclprep tune``'s flow (src/ncclprep/tune_cmd.py) against a fake cluster: run_playbook answered
+the way the steps' playbooks answer (plan JSON, the nodes' nccl_probe results, validate.yml's report),
+so the order of the steps, the write-back, the restore after a lost node and the refusals are checked
+without Ansible. The playbooks themselves run in tests/integration (the local cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from ncclprep import tune_cmd
+from ncclprep.runner import Failure, RunResult
+
+SIZES = (1048576, 16777216)
+SPACE = [{"name": "mtu", "values": [{"nic_mtu_value": 9000}, {"nic_mtu_value": 4096}]}]
+
+
+class FakeCluster:
+    """Answers run_playbook like the steps' playbooks on two nodes. ``busbw``: MTU -> busbw at the
+    largest size (the smaller size stays 0.3); ``lose_at``: the measure run whose apply play loses node2."""
+
+    def __init__(self, tmp_path, busbw, lose_at=None, refuse=None, mtu=4096):
+        self.tmp, self.busbw, self.lose_at, self.refuse = tmp_path, busbw, lose_at, refuse
+        self.mtu, self.inventory_mtu = mtu, mtu
+        self.calls: list[tuple[str, str, dict]] = []
+        self.runs = 0
+
+    def __call__(self, playbook, inventory, extra, label, verbose=False, stream=None, task_lines=True):
+        tags = extra[extra.index("--tags") + 1] if "--tags" in extra else ""
+        values: dict = {}
+        for i, a in enumerate(extra):
+            if a == "-e":
+                v = extra[i + 1]
+                values.update(json.load(open(v[1:], encoding="utf-8")) if v.startswith("@") else json.loads(v))
+        self.calls.append((playbook, tags, values))
+        if tags == "tune_plan":
+            with open(values["tune_out"], "w", encoding="utf-8") as fh:
+                json.dump({"space": SPACE, "hosts": ["node1", "node2"], "runs": 5, "op": "all_reduce",
+                           "sizes": list(SIZES), "iters": 5, "target_size": None, "training": False,
+                           "min_gain": 0.05, "max_loss": 0.02,
+                           "baselines": {h: {"nic_mtu_value": self.inventory_mtu, "sysctl_tuning_overrides": {},
+                                             "nccl_env_overrides": {}} for h in ("node1", "node2")}}, fh)
+            return RunResult(rc=0)
+        if tags == "tune_check":
+            if self.refuse is not None and values.get("nic_mtu_value") == self.refuse:
+                return RunResult(rc=2, failures=[Failure("node1", "Check the MTU against the interface", "assert",
+                                                         f"nic_mtu_value={self.refuse}: above max_mtu",
+                                                         play="Check the inventory before any change")])
+            return RunResult(rc=0)
+        if tags == "tune_apply,tune_measure":
+            self.runs += 1
+            if self.runs == self.lose_at:
+                return RunResult(rc=4, failures=[Failure("node2", "Gathering Facts", "setup", "No route to host",
+                                                         kind="unreachable")])
+            self.mtu = values.get("nic_mtu_value", self.inventory_mtu)
+            big = self.busbw[self.mtu] * (1 + 0.01 * (self.runs % 3))  # a little noise, the same for both
+            rows = [{"op": "all_reduce", "size_bytes": s, "time_us": 10.0, "algbw_gbps": b, "busbw_gbps": b,
+                     "wrong": 0} for s, b in ((SIZES[0], 0.3), (SIZES[1], big))]
+            with open(values["tune_out"], "w", encoding="utf-8") as fh:
+                json.dump({h: {"probe": {"status": "PASS", "results": rows}, "smoke": None}
+                           for h in ("node1", "node2")}, fh)
+            return RunResult(rc=0)
+        if playbook == "site.yml":  # the restore (--tags nic_mtu) or the whole run
+            self.mtu = self._inventory_value()
+            return RunResult(rc=0)
+        if playbook == "validate.yml":
+            run = self.tmp / "reports" / "run1"
+            run.mkdir(parents=True, exist_ok=True)
+            rows = [{"size_bytes": SIZES[1], "busbw_gbps": self.busbw[self.mtu]}]
+            (run / "cluster.json").write_text(json.dumps({"collectives": {"all_reduce": rows}}))
+            return RunResult(rc=0, report={"status": "PASS", "report_dir": str(run), "problems": []})
+        raise AssertionError(f"unexpected run: {playbook} {tags}")
+
+    def _inventory_value(self) -> int:
+        tuned = self.tmp / "inv" / "group_vars" / "all" / "ncclprep_tuned.yml"
+        return (yaml.safe_load(tuned.read_text()) or {}).get("nic_mtu_value", self.inventory_mtu) \
+            if tuned.exists() else self.inventory_mtu
+
+
+@pytest.fixture
+def inventory(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune_cmd, "REPO_ROOT", str(tmp_path))
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "hosts.yml").write_text("all: {}\n")
+    return str(tmp_path / "inv")
+
+
+def test_a_real_win_is_written_provisioned_and_verified(tmp_path, inventory, monkeypatch, capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60})
+    monkeypatch.setattr(tune_cmd, "run_playbook", fake)
+    assert tune_cmd.tune_main(inventory, []) == 0
+    steps = [(p, t) for p, t, _ in fake.calls]
+    assert steps[:2] == [("tune.yml", "tune_plan"), ("site.yml", "tune_check")]
+    assert steps[2:12] == [("tune.yml", "tune_apply,tune_measure")] * 10
+    assert steps[12:] == [("site.yml", ""), ("validate.yml", "")]  # site.yml whole restores and installs
+    # the runs alternate (rotated rounds) and each applies its own variant, the baseline the inventory's
+    assert [v.get("nic_mtu_value") for _, t, v in fake.calls if t == "tune_apply,tune_measure"] == \
+        [None, 9000, 9000, None, None, 9000, 9000, None, None, 9000]
+    assert all(v["tune_concerns"] == ["nic_mtu"] for _, t, v in fake.calls if t == "tune_apply,tune_measure")
+    tuned = os.path.join(inventory, "group_vars", "all", "ncclprep_tuned.yml")
+    text = open(tuned, encoding="utf-8").read()
+    assert yaml.safe_load(text) == {"nic_mtu_value": 9000}
+    assert "# mtu: nic_mtu_value=9000: all_reduce busbw at 16777216 bytes 0.505 -> 0.606 GB/s (+20.0 %, " \
+           "medians of 5 runs), interval " in text
+    out = capsys.readouterr().out
+    assert "ncclprep tune: run 10/10 (round 5/5): mtu: nic_mtu_value=9000, about " in out
+    assert "  mtu: nic_mtu_value=9000: KEEP: all_reduce busbw at 16777216 bytes 0.505 -> 0.606 GB/s" in out
+    assert "validate.yml PASS" in out and "as tuned" in out
+    rec = json.load(open(next(p for p in (tmp_path / "reports").glob("tune-*/tuning.json")), encoding="utf-8"))
+    assert rec["status"] == "decided" and rec["written"] == tuned and rec["verify"]["ok"] is True
+    # validate.yml got the record for its Tuning section
+    assert fake.calls[-1][2]["preflight_tuning_file"].endswith("tuning.json")
+
+
+def test_no_significant_difference_writes_nothing_and_restores(tmp_path, inventory, monkeypatch, capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.51})
+    monkeypatch.setattr(tune_cmd, "run_playbook", fake)
+    assert tune_cmd.tune_main(inventory, []) == 0
+    assert [(p, t) for p, t, _ in fake.calls][12:] == [("site.yml", "nic_mtu"), ("validate.yml", "")]
+    assert fake.mtu == 4096
+    assert not os.path.exists(os.path.join(inventory, "group_vars"))
+    assert "no variant won: the inventory's settings stay (nothing written)" in capsys.readouterr().out
+
+
+def test_a_node_lost_mid_run_stops_restores_and_names_it(tmp_path, inventory, monkeypatch, capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60}, lose_at=3)
+    monkeypatch.setattr(tune_cmd, "run_playbook", fake)
+    assert tune_cmd.tune_main(inventory, []) == 3
+    assert [(p, t) for p, t, _ in fake.calls][-1] == ("site.yml", "nic_mtu")  # restored at once, no validate
+    assert fake.mtu == 4096 and not os.path.exists(os.path.join(inventory, "group_vars"))
+    cap = capsys.readouterr()
+    assert ("ncclprep tune: run 3 (mtu: nic_mtu_value=9000): node2 unreachable at 'Gathering Facts': No route to host"
+            in cap.err)
+    assert "nothing was kept; the inventory's settings are back in force" in cap.out
+    rec = json.load(open(next(p for p in (tmp_path / "reports").glob("tune-*/tuning.json")), encoding="utf-8"))
+    assert rec["status"] == "interrupted" and len(rec["runs"]) == 2 and rec["restored"]["ok"]
+
+
+def test_a_refused_variant_stops_before_any_change(tmp_path, inventory, monkeypatch, capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60}, refuse=9000)
+    monkeypatch.setattr(tune_cmd, "run_playbook", fake)
+    assert tune_cmd.tune_main(inventory, []) == 2
+    assert [(p, t) for p, t, _ in fake.calls] == [("tune.yml", "tune_plan"), ("site.yml", "tune_check")]
+    assert "variant mtu: nic_mtu_value=9000 refused: node1 failed at 'Check the MTU against the interface': " \
+           "nic_mtu_value=9000: above max_mtu" in capsys.readouterr().err
+
+
+def test_a_variable_that_differs_between_nodes_is_refused_naming_them():
+    read = {"hosts": ["node1", "node2"], "baselines": {"node1": {"nic_mtu_value": 4096},
+                                                       "node2": {"nic_mtu_value": 1500}}}
+    with pytest.raises(ValueError, match=r"nic_mtu_value differs between the nodes \(node1 4096, node2 1500\)"):
+        tune_cmd.baseline_of(read)
+
+
+def test_the_tuned_file_sits_in_a_folder_inventory_or_beside_a_file_one(tmp_path):
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    assert tune_cmd.tuned_path(str(tmp_path)) == str(tmp_path / "group_vars" / "all" / "ncclprep_tuned.yml")
+    assert tune_cmd.tuned_path(str(tmp_path / "hosts.yml")) == str(tmp_path / "group_vars" / "all" /
+                                                                    "ncclprep_tuned.yml")
