@@ -202,7 +202,7 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"preflight_report_dir={reports}",
            "-e", '{"preflight_min_busbw_gbps": null}', "-e", json.dumps(NET_LIMITS),
-           "-e", json.dumps({"preflight_textfile_dir": str(tmp_path)})]
+           "-e", json.dumps({"preflight_textfile_dir": str(tmp_path), "preflight_tuning_file": None})]
     out = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]  # fake2's failure, nothing else
     tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]

@@ -17,10 +17,11 @@ import ncclprep
 
 REPO = ncclprep.REPO_ROOT
 # Roles that are not concerns: the membership every concern reads, the preflight that
-# checks them, and a task helper the roles share.
+# checks them, a task helper the roles share, and ncclprep tune's steps.
 NOT_CONCERNS = {"data_plane": "the cluster membership and data-plane interface every concern reads",
                 "preflight": "validate.yml's role: loops over the registry",
-                "boot_unit": "shared task helper (the boot-time unit of rps_rfs, numa_pinning, roce_qos)"}
+                "boot_unit": "shared task helper (the boot-time unit of rps_rfs, numa_pinning, roce_qos)",
+                "tune": "ncclprep tune's variables and steps (tune.yml): applies concerns' roles, is none"}
 FIELDS = {"name", "switch", "data_plane", "facts", "reader"}
 # What an intent.yml may do: compute from variables and facts already read. No module
 # that reads the node (command, stat, slurp, find, getent, a custom facts module ...).
