@@ -74,6 +74,9 @@ def read_sweep(text: str, label: str | None = None, source: str = "") -> dict:
     if not busbw:
         raise ValueError(f"{source}: no nccl-tests data row (size, count, type, ... busbw)")
     test = _TEST_RE.search(text)
+    if test and test.group(1) not in COLLECTIVES:
+        raise ValueError(f"{source}: {test.group(1)}_perf: the tuner CSV takes {', '.join(COLLECTIVES)} "
+                         "(NCCL's example tuner)")
     ranks = _RANK_RE.findall(text)
     return {"label": DEFAULT if algo is None else f"{algo},{proto}", "algorithm": algo, "protocol": proto,
             "collective": COLLECTIVES.get(test.group(1)) if test else None,
@@ -86,19 +89,27 @@ def choose(sweeps: Sequence[Mapping], min_gain: float = MIN_GAIN) -> list[dict]:
     gain}``, sizes ascending. ``choice`` None leaves the size to NCCL (no forced sweep beat NCCL's
     own by ``min_gain``). Raises ValueError with no forced sweep, or two sweeps of one label."""
     labels = [s["label"] for s in sweeps]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"sweeps {labels}: valid: one sweep per algorithm and protocol (and one {DEFAULT})")
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        named = "; ".join(f"{x}: {', '.join(s['source'] for s in sweeps if s['label'] == x)}" for x in twice)
+        raise ValueError(f"two sweeps of one label ({named}): valid: one sweep per algorithm and protocol (and one "
+                         f"{DEFAULT}); a sweep without NCCL_ALGO/NCCL_PROTO lines (NCCL_DEBUG=INFO) is {DEFAULT}: "
+                         "label it as ALGO,PROTO=FILE")
     forced = [s for s in sweeps if s["label"] != DEFAULT]
     if not forced:
         raise ValueError("no sweep forces an algorithm and a protocol: nothing to choose from")
     default = next((s for s in sweeps if s["label"] == DEFAULT), None)
     sizes = sorted(set.intersection(*(set(s["busbw"]) for s in sweeps)))
+    if not sizes:
+        spans = "; ".join(f"{s['source']}: {min(s['busbw'])}-{max(s['busbw'])}" for s in sweeps)
+        raise ValueError(f"the sweeps share no size: {spans} (record them with the same -b -e -f)")
     out = []
     for size in sizes:
         best = max(forced, key=lambda s: s["busbw"][size])
         ref = default["busbw"][size] if default else None
+        # NCCL's own at 0.00 (nccl-tests prints two decimals: a small size): no figure to beat, left to NCCL
         gain = None if not ref else best["busbw"][size] / ref - 1
-        keep = ref is None or (gain is not None and gain >= min_gain)
+        keep = default is None or (gain is not None and gain >= min_gain)
         out.append({"size": size, "choice": (best["algorithm"], best["protocol"]) if keep else None,
                     "best": best["label"], "busbw": best["busbw"][size], "default": ref, "gain": gain})
     return out
@@ -106,11 +117,12 @@ def choose(sweeps: Sequence[Mapping], min_gain: float = MIN_GAIN) -> list[dict]:
 
 def ranges(chosen: Sequence[Mapping]) -> list[dict]:
     """Consecutive sizes with one choice as one range: ``{min_bytes, max_bytes, algorithm, protocol}``.
-    A size owns the bytes above the size before it (the first from 0); a size left to NCCL ends a range."""
+    A size owns the bytes above the size before it (the smallest only itself: below it nothing was
+    measured and NCCL chooses); a size left to NCCL ends a range."""
     out: list[dict] = []
     prev = None
     for row in chosen:
-        low = 0 if prev is None else prev + 1
+        low = row["size"] if prev is None else prev + 1
         prev = row["size"]
         if row["choice"] is None:
             continue
@@ -130,7 +142,8 @@ def render(collective: str, rows: Sequence[Mapping], chosen: Sequence[Mapping], 
              f"# from {len(sources)} nccl-tests sweeps: {', '.join(sources)}",
              "# size (bytes): best sweep, its busbw (GB/s; the lower of out-of-place and in-place), against NCCL's own"]
     for c in chosen:
-        vs = "" if c["default"] is None else f" against {c['default']:.4g} ({c['gain'] * 100:+.1f} %)"
+        vs = "" if c["default"] is None else f" against {c['default']:.4g}" + (
+            "" if c["gain"] is None else f" ({c['gain'] * 100:+.1f} %)")
         lines.append(f"#   {c['size']}: {c['best']} {c['busbw']:.4g}{vs}"
                      + ("" if c["choice"] else ": left to NCCL"))
     lines.append("# " + HEADER)

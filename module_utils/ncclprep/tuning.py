@@ -26,6 +26,7 @@ Units: busbw in GB/s (GB = 1e9 bytes), sizes in bytes, times in seconds; the rul
 from __future__ import annotations
 
 import random
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -137,6 +138,15 @@ MERGED = frozenset({"sysctl_tuning_overrides", "nccl_env_overrides"})
 #: NCCL_PROTO, ...) is not tuned here: NCCL's tuner CSV is the sanctioned way (``tuner_csv``).
 NCCL_TUNABLE = ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_IB_QPS_PER_CONNECTION")
 BASELINE = "baseline"
+#: A dimension's name: it names files of the run and lines of the report.
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+
+
+def same_value(a, b) -> bool:
+    """Values equal as the roles take them: ``"4096"`` from ``-e nic_mtu_value=4096`` is 4096."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(same_value(a[k], b[k]) for k in a)
+    return str(a).strip() == str(b).strip()
 
 
 def _label(values: Mapping) -> str:
@@ -165,13 +175,16 @@ def plan(space: Sequence[Mapping], baseline: Mapping) -> list[dict]:
     out = [{"name": BASELINE, "dimension": None, "label": "the inventory's settings", "vars": {}, "concerns": []}]
     seen = set()
     for i, dim in enumerate(space):
-        name = dim.get("name")
         where = f"tune_space[{i}]"
-        if not name or name in seen or name == BASELINE:
-            raise ValueError(f"{where}.name={name!r}: valid: a name of its own (not {BASELINE!r}, not used twice)")
+        if not isinstance(dim, Mapping):
+            raise ValueError(f"{where}={dim!r}: valid: a mapping {{name, values}}")
+        name = dim.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name) or name in seen or name == BASELINE:
+            raise ValueError(f"{where}.name={name!r}: valid: a name of its own (letters, digits, '_.-'; "
+                             f"not {BASELINE!r}, not used twice)")
         seen.add(name)
         values = dim.get("values") or []
-        if not values:
+        if not isinstance(values, list) or not values:
             raise ValueError(f"{where}.values={values!r}: valid: one value or more (each a mapping of variables)")
         for j, value in enumerate(values):
             at = f"{where}.values[{j}]"
@@ -197,12 +210,12 @@ def plan(space: Sequence[Mapping], baseline: Mapping) -> list[dict]:
                     merged[var] = dict(baseline.get(var) or {}, **val)
                 else:
                     merged[var] = val
-            if all(merged[v] == baseline.get(v) for v in merged):
+            if all(same_value(merged[v], baseline.get(v)) for v in merged):
                 continue
             label = f"{name}: {_label(value)}"
             if any(v["label"] == label for v in out):
                 continue
-            out.append({"name": f"{name}-{j}", "dimension": name, "label": label, "vars": merged,
+            out.append({"name": f"{name}-{j}", "dimension": name, "label": label, "vars": merged, "own": dict(value),
                         "concerns": sorted({TUNABLE[v] for v in merged})})
     return out
 
@@ -237,8 +250,10 @@ def judge(variants: Sequence[Mapping], runs: Mapping[str, Sequence[Mapping]], ta
     kept when ``decide`` keeps its busbw and, where the training job was measured, its median step
     time is not more than ``max_loss`` worse (a setting that wins alone can lose under training
     traffic). Of a dimension's kept variants, the one with the largest gain at the target wins.
-    Returns ``{decisions: {name: decide's dict + step}, winners: [name], vars: {variable: value}}``.
-    Raises ValueError as ``decide`` does (too few runs)."""
+    ``target``: the size asked for (bytes); the measured size nearest to it is judged (the probe
+    rounds a size down to whole elements per rank). Returns ``{decisions: {name: decide's dict +
+    step}, winners: [name], vars: {variable: value}}``, the winners' mappings (MERGED) merged key by
+    key. Raises ValueError as ``decide`` does (too few runs)."""
     def series(name):
         sizes: dict[int, list[float]] = {}
         steps = []
@@ -250,6 +265,9 @@ def judge(variants: Sequence[Mapping], runs: Mapping[str, Sequence[Mapping]], ta
         return sizes, steps
 
     base, base_steps = series(BASELINE)
+    if target is not None and base and target not in base:
+        # nccl_probe rounds a size down to whole elements per rank (16777216 -> 16777212 on 3 ranks)
+        target = min(base, key=lambda s: abs(s - target))
     decisions, best = {}, {}
     for v in variants:
         if v["name"] == BASELINE:
@@ -273,7 +291,10 @@ def judge(variants: Sequence[Mapping], runs: Mapping[str, Sequence[Mapping]], ta
     winners = [v["name"] for _, v in best.values()]
     merged: dict = {}
     for _, v in best.values():
-        merged.update(v["vars"])
+        for var, value in v["vars"].items():
+            # two dimensions may tune one mapping (socket buffers and the backlog, both sysctls): each
+            # adds its own keys onto what the first brought (the inventory's and its own)
+            merged[var] = dict(merged[var], **v["own"][var]) if var in MERGED and var in merged else value
     return {"decisions": decisions, "winners": winners, "vars": merged}
 
 

@@ -204,7 +204,15 @@ def _tune_command(args: argparse.Namespace, extra: list[str]) -> int:
     from ncclprep.tune_cmd import nccl_tuner_main, tune_main
 
     if args.nccl_tuner:
+        mixed = [a for a, on in (("-i", args.inventory), ("--no-verify", args.no_verify)) if on] + extra
+        if mixed:
+            print(f"ncclprep tune --nccl-tuner: {' '.join(mixed)}: not taken with --nccl-tuner (it reads recorded "
+                  "sweeps, no cluster)", file=sys.stderr)
+            return EXIT_BAD_INPUT
         return nccl_tuner_main(args.nccl_tuner, args.collective, args.output)
+    if args.collective or args.output:
+        print("ncclprep tune: --collective and -o go with --nccl-tuner", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.inventory is None:
         print("ncclprep tune: give the inventory, e.g. -i inventory/local (usage: ncclprep tune --help)",
               file=sys.stderr)

@@ -297,13 +297,13 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         env["ANSIBLE_NOCOLOR"] = "1"
     started = time.monotonic()
     saved = dict(os.environ)
-    # Ctrl-C or SIGTERM cancels the run (ansible-runner kills ansible-playbook's process group) and the
+    # Ctrl-C, SIGTERM or SIGHUP cancels the run (ansible-runner kills ansible-playbook's process group) and the
     # result says "interrupted". Given no cancel_callback, ansible-runner would install handlers of its
     # own and leave them for the rest of the process: the next Ctrl-C would then stop nothing.
     interrupted = threading.Event()
     handlers = {}
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             handlers[sig] = signal.signal(sig, lambda _n, _f: interrupted.set())
     try:
         # ansible-runner passes `envvars` only to the child; PATH must also be right for the

@@ -15,16 +15,17 @@ The steps, each one ``ansible-playbook tune.yml`` run (playbooks/tune.yml) throu
    ``group_vars/all/ncclprep_tuned.yml`` (commented with the figures and the date), or nothing
    written; then the inventory's settings back in force: site.yml whole where something was kept
    (it becomes the node check's intent too), else site.yml over the tuned concerns; then
-   validate.yml, whose busbw is compared with the tuning's (``--no-verify``: only site.yml over
-   the tuned concerns);
-5. an interrupted run (Ctrl-C, SIGTERM, a node lost, a failed measurement) is restored to the
-   inventory's settings at once and says so.
+   validate.yml, whose busbw is compared with the tuning's (``--no-verify``: not run);
+5. a run stopped before its end (Ctrl-C, SIGTERM, SIGHUP, a node lost, a failed measurement, a
+   winner site.yml could not apply, the inventory resolving a written variable otherwise, an
+   error of the tool) keeps nothing: the vars file put back, the inventory's settings re-applied.
 
 Everything a run read and decided goes to ``reports/tune-<stamp>/tuning.json`` (and the steps'
 JSON beside it); validate.yml's report takes it as its "Tuning" section.
 
-Exit codes as the other commands: 0 done (a winner kept or none), 1 the verification's
-validate.yml failed, 2 bad input (refused before any change), 3 could not run or was interrupted.
+Exit codes as the other commands: 0 done (a winner kept or none), 1 the verification failed
+(validate.yml, or its busbw below every run of what was kept), 2 bad input (refused before any
+change: tune_space, the inventory's layout, --check or --limit), 3 could not run or was stopped.
 """
 
 from __future__ import annotations
@@ -59,8 +60,15 @@ class Interrupted(Exception):
     """SIGTERM as Ctrl-C: the run stops and the cluster is restored."""
 
 
-def _sigterm(_signum, _frame):
-    raise Interrupted("SIGTERM")
+def _sigterm(signum, _frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+#: The signals that stop a run like Ctrl-C (a closed terminal or SSH session sends SIGHUP).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: ansible-playbook arguments tune refuses: it changes the nodes by design (--check would measure nothing
+#: and write nothing) and decides for the whole cluster group (a --limit subset would decide for all).
+REFUSED_ARGS = ("--check", "-C", "--limit", "-l")
 
 
 def tuned_path(inventory: str) -> str:
@@ -70,18 +78,42 @@ def tuned_path(inventory: str) -> str:
     return os.path.join(inv if os.path.isdir(inv) else os.path.dirname(inv), TUNED_FILE)
 
 
-def baseline_of(read: dict) -> dict:
-    """The inventory's value of every tunable variable, the same on every node. Raises ValueError
-    naming the variable and each node's value where they differ (tuning changes every node alike)."""
+def tuned_path_problem(inventory: str) -> str | None:
+    """Why the winners could not go to ``tuned_path``, or None. Ansible reads ``group_vars/all`` as a
+    folder *or* as a file (``all``, ``all.yml``, ``all.yaml``, ``all.json``), the first it finds in that
+    order (ansible-core's DataLoader.find_vars_files): a folder made beside ``all.yml`` would hide it."""
+    folder = os.path.dirname(tuned_path(inventory))
+    if os.path.isdir(folder):
+        return None
+    if os.path.exists(folder):
+        return f"{folder} is a file: the winners go to {TUNED_FILE} in a folder of that name"
+    for ext in (".yml", ".yaml", ".json"):
+        if os.path.exists(folder + ext):
+            return (f"{folder + ext} exists: a folder {folder}/ for the winners would hide it from Ansible (it "
+                    f"reads one or the other); move it to {folder}/main{ext} first")
+    return None
+
+
+def baseline_of(read: dict, names) -> dict:
+    """The inventory's value of each variable in ``names`` (those the space tunes and their switches),
+    the same on every node. Raises ValueError naming the variable and each node's value where they
+    differ (tuning changes every node alike)."""
     rows = read["baselines"]
-    first = rows[read["hosts"][0]]
+    first = {k: v for k, v in rows[read["hosts"][0]].items() if k in names}
     for var in first:
         values = {h: rows[h][var] for h in read["hosts"]}
         if any(v != first[var] for v in values.values()):
             shown = ", ".join(f"{h} {v!r}" for h, v in values.items())
             raise ValueError(f"{var} differs between the nodes ({shown}): ncclprep tune sets one value on every "
                              "node; make it one value in the inventory first")
-    return dict(first)
+    return first
+
+
+def space_names(space) -> set[str]:
+    """The variables a space sets, and the switches of their concerns (tuning.SWITCHES)."""
+    names = {var for dim in space if isinstance(dim, dict) for value in dim.get("values") or []
+             if isinstance(value, dict) for var in value}
+    return names | {tuning.SWITCHES[n] for n in names if n in tuning.SWITCHES}
 
 
 def vars_file_text(result: dict, variants: dict, previous: dict, stamp: str, op: str,
@@ -146,23 +178,87 @@ class Tune:
             f" ({'; '.join(result.output_tail[-3:])})" if result.output_tail else "")
 
     def plan(self) -> list[dict]:
-        out = os.path.join(self.dir, "plan.json")
-        result = self._play(["tune_plan"], "tune: read the space", out=out)
-        if result.exit_code != EXIT_PASS or not os.path.isfile(out):
-            raise StepFailed(self._failed(result, "reading tune_space"), result.exit_code)
-        with open(out, encoding="utf-8") as fh:
-            read = json.load(fh)
-        self.read = read
+        read = self.read = self._read("plan.json")
+        problem = tuned_path_problem(self.inventory)
+        if problem:
+            raise StepFailed(f"inventory {self.inventory}: {problem}", EXIT_BAD_INPUT)
         try:
-            self.baseline = baseline_of(read)
+            self.baseline = baseline_of(read, space_names(read["space"]))
+        except ValueError as exc:
+            raise StepFailed(f"inventory {self.inventory}: {exc}", EXIT_BAD_INPUT) from None
+        try:
             variants = tuning.plan(read["space"], self.baseline)
+        except ValueError as exc:
+            raise StepFailed(str(exc), EXIT_BAD_INPUT) from None
+        try:
             if len(variants) > 1:
                 tuning.schedule([v["name"] for v in variants], int(read["runs"]))
         except ValueError as exc:
-            raise StepFailed(f"tune_space: {exc}", EXIT_BAD_INPUT) from None
+            raise StepFailed(f"tune_runs: {exc}", EXIT_BAD_INPUT) from None
+        if read["target_size"] is not None and int(read["target_size"]) not in read["sizes"]:
+            raise StepFailed(f"tune_target_size={read['target_size']}: valid: one of tune_sizes "
+                             f"({', '.join(map(str, read['sizes']))}) or null", EXIT_BAD_INPUT)
         self.concerns = sorted({c for v in variants for c in v["concerns"]})
         self.record.update(plan=read, variants=variants, concerns=self.concerns)
         return variants
+
+    def _read(self, name: str) -> dict:
+        """The plan step (tune.yml --tags tune_plan): the space, the options and every node's values."""
+        out = os.path.join(self.dir, name)
+        result = self._play(["tune_plan"], "tune: read the space", out=out)
+        if result.exit_code != EXIT_PASS:
+            raise StepFailed(self._failed(result, "reading tune_space"), result.exit_code)
+        if not os.path.isfile(out):
+            raise StepFailed(f"reading tune_space: the plan step wrote nothing to {out}", EXIT_COULD_NOT_RUN)
+        with open(out, encoding="utf-8") as fh:
+            return json.load(fh)
+
+    def write_winners(self, result: dict, by_name: dict) -> str:
+        """The winners into ``tuned_path`` (merged with an earlier tune's); the earlier content is kept
+        for ``unwrite``. Returns the path."""
+        path = tuned_path(self.inventory)
+        self.previous_file = None
+        prev: dict = {}
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as fh:
+                self.previous_file = fh.read()
+            prev = yaml.safe_load(self.previous_file) or {}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(vars_file_text(result, by_name, prev, self.stamp, self.read["op"],
+                                    float(self.read["min_gain"]), float(self.read["max_loss"])))
+        self.record["written"] = path
+        return path
+
+    def unwrite(self) -> bool:
+        """Put the vars file back as it was before this run (removed when there was none); True when
+        this run had written it."""
+        path = self.record.get("written")
+        if not path:
+            return False
+        if getattr(self, "previous_file", None) is None:
+            if os.path.exists(path):
+                os.remove(path)
+        else:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(self.previous_file)
+        self.record["unwritten"] = f"{path} put back as it was before this run"
+        self.record["written"] = None
+        return True
+
+    def confirm_written(self, values: dict) -> None:
+        """Read the inventory again and check that every node now resolves each written variable to it:
+        a later file (another group_vars/all/*.yml sorting after it, group_vars/<group>/, host_vars/) would
+        win over it. Raises StepFailed naming the variable, the host and what it resolves to."""
+        read = self._read("confirm.json")
+        for host in read["hosts"]:
+            for var, want in values.items():
+                got = read["baselines"][host].get(var)
+                if not tuning.same_value(got, want):
+                    raise StepFailed(f"after writing {self.record['written']}, {host} still resolves {var} to "
+                                     f"{got!r} (not {want!r}): a file Ansible reads after it sets {var} "
+                                     "(group_vars/all/ files sort by name, then group_vars/<group>/, host_vars/); "
+                                     "move the setting into ncclprep_tuned.yml or remove it there", EXIT_COULD_NOT_RUN)
 
     def check(self, variants: list[dict]) -> None:
         for v in variants[1:]:
@@ -243,12 +339,18 @@ def _decision_lines(result: dict, variants: list[dict], op: str) -> list[str]:
 
 def tune_main(inventory: str, extra: list[str], verbose: bool = False, verify: bool = True) -> int:
     """The command (module docstring). Returns the exit code."""
+    refused = [a for a in extra if a in REFUSED_ARGS or a.startswith(("--limit=", "--check="))]
+    if refused:
+        print(f"ncclprep tune: {' '.join(refused)}: not taken: tune applies each variant for real and decides for "
+              "the whole cluster group (data_plane_group); run it on the cluster as a whole", file=sys.stderr)
+        return EXIT_BAD_INPUT
     run = Tune(inventory, extra, verbose, verify)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    previous = {sig: signal.signal(sig, _sigterm) for sig in STOP_SIGNALS}
     try:
         return _tune(run)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         path = run.write()
         _say(f"ncclprep tune: the run's record: {path}")
 
@@ -258,27 +360,43 @@ def _tune(run: Tune) -> int:
         variants = run.plan()
         if len(variants) == 1:
             run.record["status"] = "nothing to measure"
-            _say("ncclprep tune: every value of tune_space is the inventory's own: nothing to measure")
+            _say("ncclprep tune: " + ("tune_space is empty" if not run.read["space"] else
+                                      "every value of tune_space is the inventory's own") + ": nothing to measure")
             return EXIT_PASS
         _say(f"ncclprep tune: {len(variants) - 1} variant(s) against the baseline, {run.read['runs']} runs each, "
              f"{run.read['op']} at {', '.join(map(str, run.read['sizes']))} bytes"
              + (" and the training job's step time" if run.read["training"] else ""))
         run.check(variants)
         runs = run.measure(variants)
+        return _decide(run, variants, runs)
     except (StepFailed, KeyboardInterrupt, Interrupted) as exc:
-        if isinstance(exc, StepFailed):
-            code, why = exc.code, str(exc)
-        else:
-            code, why = EXIT_COULD_NOT_RUN, f"interrupted ({str(exc) or 'Ctrl-C'})"
-        print(f"ncclprep tune: {why}", file=sys.stderr)
-        run.record.update(status="interrupted" if run.changed else "refused", error=why)
-        if run.changed:
-            run.restore("stopped before a decision")
+        return _stopped(run, exc)
+    except Exception as exc:  # noqa: BLE001  (a bug, a file that cannot be written: never leave a variant in force)
+        return _stopped(run, StepFailed(f"{type(exc).__name__}: {exc}", EXIT_COULD_NOT_RUN))
+
+
+def _stopped(run: Tune, exc: BaseException) -> int:
+    """A run stopped before its end: nothing kept (a vars file this run wrote is put back as it was),
+    the tuned concerns re-applied from the inventory when a run changed the nodes."""
+    if isinstance(exc, StepFailed):
+        code, why = exc.code, str(exc)
+    else:
+        code, why = EXIT_COULD_NOT_RUN, f"interrupted ({str(exc) or 'Ctrl-C'})"
+    print(f"ncclprep tune: {why}", file=sys.stderr)
+    run.record.update(status="interrupted" if run.changed else "refused", error=why)
+    if run.unwrite():
+        _say(f"ncclprep tune: {run.record['unwritten']}")
+    if run.changed:
+        if run.restore("stopped before the end"):
             _say("ncclprep tune: nothing was kept; the inventory's settings are back in force")
-        return code
+        else:
+            _say("ncclprep tune: nothing was kept, but the restore did not finish (above)")
+    return code
+
+
+def _decide(run: Tune, variants: list[dict], runs: dict) -> int:
     read = run.read
-    target = read["target_size"] if read["target_size"] is not None else None
-    result = tuning.judge(variants, runs, target, float(read["min_gain"]), float(read["max_loss"]))
+    result = tuning.judge(variants, runs, read["target_size"], float(read["min_gain"]), float(read["max_loss"]))
     for d in result["decisions"].values():
         d["runs"] = int(read["runs"])
     run.record.update(result=result)
@@ -287,43 +405,39 @@ def _tune(run: Tune) -> int:
         _say(line)
     by_name = {v["name"]: v for v in variants}
     if result["winners"]:
-        path = tuned_path(run.inventory)
-        prev = {}
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as fh:
-                prev = yaml.safe_load(fh) or {}
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(vars_file_text(result, by_name, prev, run.stamp, read["op"], float(read["min_gain"]),
-                                    float(read["max_loss"])))
-        run.record["written"] = path
+        path = run.write_winners(result, by_name)
         _say(f"ncclprep tune: kept {', '.join(by_name[w]['label'] for w in result['winners'])}: written to {path}")
+        run.confirm_written(result["vars"])
+        # site.yml whole: the winner on every node, and the node check's intent with it
+        _say("ncclprep tune: provisioning with the tuned settings (site.yml)")
+        site = run_playbook("site.yml", run.inventory, run.extra, "tune: provision", verbose=run.verbose,
+                            task_lines=False)
+        if site.error == "interrupted":
+            raise KeyboardInterrupt
+        if site.exit_code != EXIT_PASS:
+            raise StepFailed(run._failed(site, "provisioning the winner (site.yml)"), EXIT_COULD_NOT_RUN)
     else:
         _say("ncclprep tune: no variant won: the inventory's settings stay (nothing written)")
+        if not run.restore("the decision"):
+            run.record["status"] = "decided, not restored"
+            return EXIT_COULD_NOT_RUN
     run.record["status"] = "decided"
-    # with a winner, _verify's site.yml applies every concern from the inventory (the winner now in it)
-    if not (run.verify and result["winners"]) and not run.restore("the decision"):
-        return EXIT_COULD_NOT_RUN
     if not run.verify:
         return EXIT_PASS
     return _verify(run, result, by_name)
 
 
 def _verify(run: Tune, result: dict, by_name: dict) -> int:
-    """site.yml whole (the tuned values become the node check's intent) and validate.yml with this
-    run's record as its report's Tuning section; its busbw at the target against the tuning's."""
+    """validate.yml with this run's record as its report's Tuning section; its busbw at the target
+    against the tuning's runs (tuning.verify_figures). Exit 1 when validate.yml fails or the figure is
+    below every run of what was kept (the winner stays written: the message says how to drop it)."""
     read = run.read
-    if result["winners"]:
-        _say("ncclprep tune: provisioning with the tuned settings (site.yml)")
-        site = run_playbook("site.yml", run.inventory, run.extra, "tune: provision", verbose=run.verbose,
-                            task_lines=False)
-        if site.exit_code != EXIT_PASS:
-            print(f"ncclprep tune: {run._failed(site, 'site.yml')}", file=sys.stderr)
-            return EXIT_COULD_NOT_RUN
     record = run.write()
     _say("ncclprep tune: verifying with validate.yml")
     val = run_playbook("validate.yml", run.inventory, [*run.extra, "-e", json.dumps({"preflight_tuning_file": record})],
                        "tune: validate", verbose=run.verbose, task_lines=False)
+    if val.error == "interrupted":
+        raise KeyboardInterrupt
     report = (val.report or {}).get("report_dir")
     verify = {"status": (val.report or {}).get("status"), "report_dir": report, "exit_code": val.exit_code}
     if report:
@@ -338,7 +452,13 @@ def _verify(run: Tune, result: dict, by_name: dict) -> int:
     run.record["verify"] = verify
     _say(f"ncclprep tune: validate.yml {verify['status'] or 'did not report'}"
          + (f" ({report}/summary.md)" if report else "") + f"; {verify['note']}")
-    return EXIT_PASS if val.exit_code == EXIT_PASS else (EXIT_CHECK_FAILED if val.exit_code == 1 else val.exit_code)
+    if val.exit_code != EXIT_PASS:
+        return EXIT_CHECK_FAILED if val.exit_code == EXIT_CHECK_FAILED else val.exit_code
+    if verify["ok"] is False and result["winners"]:
+        _say(f"ncclprep tune: the kept settings did not hold in validate.yml; to drop them, remove "
+             f"{run.record['written']} and run `ncclprep provision -i {run.inventory}`")
+        return EXIT_CHECK_FAILED
+    return EXIT_PASS
 
 
 def nccl_tuner_main(specs: list[str], collective: str | None, output: str | None) -> int:
@@ -349,16 +469,18 @@ def nccl_tuner_main(specs: list[str], collective: str | None, output: str | None
     sweeps = []
     try:
         for spec in specs:
-            label, _, path = spec.rpartition("=") if "=" in spec else (None, "", spec)
+            # ALGO,PROTO=FILE or default=FILE; a spec that is a file as it stands has no label (its path
+            # may hold "=")
+            label, _, path = (None, "", spec) if os.path.isfile(spec) or "=" not in spec else spec.partition("=")
             with open(path, encoding="utf-8", errors="replace") as fh:
                 sweeps.append(tuner_csv.read_sweep(fh.read(), label or None, source=path))
         chosen = tuner_csv.choose(sweeps)
         named = collective or next((s["collective"] for s in sweeps if s["collective"]), None) or "allreduce"
         if named not in tuner_csv.COLLECTIVES.values():
             raise ValueError(f"--collective {named}: valid: {', '.join(tuner_csv.COLLECTIVES.values())}")
-        seen = {s["collective"] for s in sweeps if s["collective"]}
-        if seen - {named}:
-            raise ValueError(f"the sweeps measured {', '.join(sorted(seen))}, not {named}: one collective per CSV")
+        other = [f"{s['source']} ({s['collective']})" for s in sweeps if s["collective"] not in (None, named)]
+        if other:
+            raise ValueError(f"{', '.join(other)}: not {named}: one collective per CSV")
     except (OSError, ValueError) as exc:
         print(f"ncclprep tune --nccl-tuner: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -368,8 +490,12 @@ def nccl_tuner_main(specs: list[str], collective: str | None, output: str | None
     text = tuner_csv.render(named, tuner_csv.ranges(chosen), chosen, nodes.pop() if len(nodes) == 1 else None,
                             ranks.pop() if len(ranks) == 1 else None, [s["source"] for s in sweeps], stamp)
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            print(f"ncclprep tune --nccl-tuner: -o {output}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         _say(f"ncclprep tune: wrote {output}: set NCCL_TUNER_CONFIG_FILE={os.path.abspath(output)} and "
              "NCCL_TUNER_PLUGIN to NCCL's example tuner (docs/tuning.md)")
     else:

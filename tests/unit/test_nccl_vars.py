@@ -111,3 +111,12 @@ def test_debugging_class_variables_warn_quoting_nccls_docs_and_the_socket_produc
     assert errors == ["NCCL_SOCKET_NTHREADS=8 x NCCL_NSOCKS_PERTHREAD=16 = 128 sockets: valid: at most 64 "
                       "(NCCL env.rst)"]
     assert check_env({"NCCL_SOCKET_NTHREADS": 4, "NCCL_NSOCKS_PERTHREAD": 16})[0] == []
+
+
+def test_the_tuner_plugin_and_its_csv_are_taken():
+    """`ncclprep tune --nccl-tuner` writes a CSV for NCCL's example tuner: nccl_env_overrides must take
+    NCCL_TUNER_PLUGIN and NCCL_TUNER_CONFIG_FILE (refused as unknown before)."""
+    errors, warnings, eff = check_env({"NCCL_TUNER_PLUGIN": "libnccl-tuner-example.so",
+                                       "NCCL_TUNER_CONFIG_FILE": "/etc/ncclprep/nccl-tuner.csv"})
+    assert errors == [] and warnings == []
+    assert eff["NCCL_TUNER_CONFIG_FILE"] == "/etc/ncclprep/nccl-tuner.csv"

@@ -27,6 +27,8 @@ class FakeCluster:
         self.mtu, self.inventory_mtu = mtu, mtu
         self.calls: list[tuple[str, str, dict]] = []
         self.runs = 0
+        #: host -> the MTU it resolves to whatever the vars file says (a host_vars file that wins over it)
+        self.resolved: dict[str, int] = {}
 
     def __call__(self, playbook, inventory, extra, label, verbose=False, stream=None, task_lines=True):
         tags = extra[extra.index("--tags") + 1] if "--tags" in extra else ""
@@ -41,8 +43,9 @@ class FakeCluster:
                 json.dump({"space": SPACE, "hosts": ["node1", "node2"], "runs": 5, "op": "all_reduce",
                            "sizes": list(SIZES), "iters": 5, "target_size": None, "training": False,
                            "min_gain": 0.05, "max_loss": 0.02,
-                           "baselines": {h: {"nic_mtu_value": self.inventory_mtu, "sysctl_tuning_overrides": {},
-                                             "nccl_env_overrides": {}} for h in ("node1", "node2")}}, fh)
+                           "baselines": {h: {"nic_mtu_value": self.resolved.get(h, self._inventory_value()),
+                                             "sysctl_tuning_overrides": {}, "nccl_env_overrides": {},
+                                             "nic_mtu_enabled": True} for h in ("node1", "node2")}}, fh)
             return RunResult(rc=0)
         if tags == "tune_check":
             if self.refuse is not None and values.get("nic_mtu_value") == self.refuse:
@@ -95,7 +98,8 @@ def test_a_real_win_is_written_provisioned_and_verified(tmp_path, inventory, mon
     steps = [(p, t) for p, t, _ in fake.calls]
     assert steps[:2] == [("tune.yml", "tune_plan"), ("site.yml", "tune_check")]
     assert steps[2:12] == [("tune.yml", "tune_apply,tune_measure")] * 10
-    assert steps[12:] == [("site.yml", ""), ("validate.yml", "")]  # site.yml whole restores and installs
+    # the inventory read again (the written value resolves on every node), then site.yml whole
+    assert steps[12:] == [("tune.yml", "tune_plan"), ("site.yml", ""), ("validate.yml", "")]
     # the runs alternate (rotated rounds) and each applies its own variant, the baseline the inventory's
     assert [v.get("nic_mtu_value") for _, t, v in fake.calls if t == "tune_apply,tune_measure"] == \
         [None, 9000, 9000, None, None, 9000, 9000, None, None, 9000]
@@ -152,7 +156,9 @@ def test_a_variable_that_differs_between_nodes_is_refused_naming_them():
     read = {"hosts": ["node1", "node2"], "baselines": {"node1": {"nic_mtu_value": 4096},
                                                        "node2": {"nic_mtu_value": 1500}}}
     with pytest.raises(ValueError, match=r"nic_mtu_value differs between the nodes \(node1 4096, node2 1500\)"):
-        tune_cmd.baseline_of(read)
+        tune_cmd.baseline_of(read, {"nic_mtu_value"})
+    # a variable the space does not tune may differ (an interface name per host, say)
+    assert tune_cmd.baseline_of(read, {"sysctl_tuning_overrides"}) == {}
 
 
 def test_the_tuned_file_sits_in_a_folder_inventory_or_beside_a_file_one(tmp_path):
@@ -160,3 +166,102 @@ def test_the_tuned_file_sits_in_a_folder_inventory_or_beside_a_file_one(tmp_path
     assert tune_cmd.tuned_path(str(tmp_path)) == str(tmp_path / "group_vars" / "all" / "ncclprep_tuned.yml")
     assert tune_cmd.tuned_path(str(tmp_path / "hosts.yml")) == str(tmp_path / "group_vars" / "all" /
                                                                     "ncclprep_tuned.yml")
+
+
+def _record(tmp_path) -> dict:
+    return json.load(open(next(p for p in (tmp_path / "reports").glob("tune-*/tuning.json")), encoding="utf-8"))
+
+
+def test_a_file_that_wins_over_the_tuned_one_is_named_and_nothing_is_kept(tmp_path, inventory, monkeypatch, capsys):
+    """node2's host_vars (say) sets the MTU after group_vars/all: the winner would not reach it."""
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60})
+    fake.resolved = {"node2": 4096}
+    monkeypatch.setattr(tune_cmd, "run_playbook", fake)
+    assert tune_cmd.tune_main(inventory, []) == 3
+    assert [(p, t) for p, t, _ in fake.calls][12:] == [("tune.yml", "tune_plan"), ("site.yml", "nic_mtu")]
+    cap = capsys.readouterr()
+    assert "node2 still resolves nic_mtu_value to 4096 (not 9000): a file Ansible reads after it" in cap.err
+    assert not os.path.exists(os.path.join(inventory, "group_vars", "all", "ncclprep_tuned.yml"))
+    assert "put back as it was before this run" in cap.out and fake.mtu == 4096
+    assert _record(tmp_path)["status"] == "interrupted"
+
+
+def test_an_inventory_with_group_vars_all_yml_is_refused_before_any_run(tmp_path, inventory, monkeypatch, capsys):
+    """A folder group_vars/all/ beside group_vars/all.yml would hide all.yml from Ansible."""
+    os.makedirs(os.path.join(inventory, "group_vars"))
+    with open(os.path.join(inventory, "group_vars", "all.yml"), "w", encoding="utf-8") as fh:
+        fh.write("data_plane_cidr: 10.0.0.0/24\n")
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60})
+    monkeypatch.setattr(tune_cmd, "run_playbook", fake)
+    assert tune_cmd.tune_main(inventory, []) == 2
+    assert [(p, t) for p, t, _ in fake.calls] == [("tune.yml", "tune_plan")]
+    assert "group_vars/all.yml exists: a folder" in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(inventory, "group_vars", "all"))
+
+
+@pytest.mark.parametrize("args", [["--check"], ["-l", "node1"], ["--limit=node1"]])
+def test_check_mode_and_a_limit_are_refused(tmp_path, inventory, monkeypatch, capsys, args):
+    monkeypatch.setattr(tune_cmd, "run_playbook", lambda *a, **k: pytest.fail("nothing may run"))
+    assert tune_cmd.tune_main(inventory, args) == 2
+    assert "not taken: tune applies each variant for real" in capsys.readouterr().err
+
+
+def test_a_failed_provisioning_of_the_winner_puts_the_file_back_and_restores(tmp_path, inventory, monkeypatch,
+                                                                            capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60})
+
+    def failing(playbook, inventory_, extra, label, **kw):
+        if playbook == "site.yml" and "--tags" not in extra:
+            fake.calls.append((playbook, "", {}))
+            return RunResult(rc=2, failures=[Failure("node1", "Ensure the data-plane MTU", "command", "boom")])
+        return fake(playbook, inventory_, extra, label, **kw)
+
+    monkeypatch.setattr(tune_cmd, "run_playbook", failing)
+    assert tune_cmd.tune_main(inventory, []) == 3
+    assert [(p, t) for p, t, _ in fake.calls][-2:] == [("site.yml", ""), ("site.yml", "nic_mtu")]
+    assert not os.path.exists(os.path.join(inventory, "group_vars", "all", "ncclprep_tuned.yml"))
+    assert "provisioning the winner (site.yml): node1 failed at 'Ensure the data-plane MTU': boom" in \
+        capsys.readouterr().err
+
+
+def test_a_bug_after_the_runs_restores_instead_of_leaving_the_last_variant(tmp_path, inventory, monkeypatch,
+                                                                           capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60})
+    monkeypatch.setattr(tune_cmd, "run_playbook", fake)
+    monkeypatch.setattr(tune_cmd.tuning, "judge", lambda *a, **k: {}["decisions"])
+    assert tune_cmd.tune_main(inventory, []) == 3
+    assert [(p, t) for p, t, _ in fake.calls][-1] == ("site.yml", "nic_mtu") and fake.mtu == 4096
+    assert "ncclprep tune: KeyError: 'decisions'" in capsys.readouterr().err
+    assert _record(tmp_path)["status"] == "interrupted"
+
+
+def test_a_restore_that_fails_does_not_say_the_settings_are_back(tmp_path, inventory, monkeypatch, capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60}, lose_at=2)
+
+    def lost(playbook, inventory_, extra, label, **kw):
+        if playbook == "site.yml" and "nic_mtu" in extra:
+            return RunResult(rc=4, failures=[Failure("node2", "Gathering Facts", "setup", "No route to host",
+                                                     kind="unreachable")])
+        return fake(playbook, inventory_, extra, label, **kw)
+
+    monkeypatch.setattr(tune_cmd, "run_playbook", lost)
+    assert tune_cmd.tune_main(inventory, []) == 3
+    cap = capsys.readouterr()
+    assert "back in force" not in cap.out and "the restore did not finish" in cap.out
+    assert "run `ncclprep provision -i" in cap.err
+
+
+def test_validate_below_every_run_of_the_winner_fails_the_verification(tmp_path, inventory, monkeypatch, capsys):
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60})
+
+    def slow_validate(playbook, inventory_, extra, label, **kw):
+        out = fake(playbook, inventory_, extra, label, **kw)
+        if playbook == "validate.yml":
+            (tmp_path / "reports" / "run1" / "cluster.json").write_text(json.dumps(
+                {"collectives": {"all_reduce": [{"size_bytes": SIZES[1], "busbw_gbps": 0.40}]}}))
+        return out
+
+    monkeypatch.setattr(tune_cmd, "run_playbook", slow_validate)
+    assert tune_cmd.tune_main(inventory, []) == 1
+    out = capsys.readouterr().out
+    assert "below every tuning run" in out and "the kept settings did not hold in validate.yml" in out

@@ -213,3 +213,37 @@ def test_the_report_section_reads_a_record_that_went_through_json():
     sec = report_section(record)
     assert [v["ratio"] for v in sec["variants"][1:]] == [pytest.approx(0.56 / 0.50), pytest.approx(0.62 / 0.50)]
     assert sec["variants"][2]["sizes"][str(LARGE)]["median"] == 0.62
+
+
+def test_two_dimensions_that_win_on_one_mapping_keep_both_keys():
+    """Socket buffers and the backlog are both sysctl_tuning_overrides: the second winner used to
+    overwrite the first's keys with the inventory's (review of issue 26)."""
+    space = [{"name": "buffers", "values": [{"sysctl_tuning_overrides": {"net.core.rmem_max": 1000}}]},
+             {"name": "backlog", "values": [{"sysctl_tuning_overrides": {"net.core.netdev_max_backlog": 5000}}]}]
+    variants = plan(space, INVENTORY)
+    win = [0.60, 0.61, 0.62, 0.60, 0.61]
+    runs = {n: [{"busbw": {LARGE: x}, "step_s": None, "variant": n} for x in xs]
+            for n, xs in ((BASELINE, [0.50, 0.51, 0.49, 0.50, 0.52]), ("buffers-0", win), ("backlog-0", win))}
+    got = judge(variants, runs)
+    assert got["winners"] == ["buffers-0", "backlog-0"]
+    assert got["vars"] == {"sysctl_tuning_overrides": {"net.core.somaxconn": 4096, "net.core.rmem_max": 1000,
+                                                       "net.core.netdev_max_backlog": 5000}}
+
+
+def test_the_target_asked_for_is_the_measured_size_nearest_to_it():
+    """tune_target_size 16777216 is measured as 16777212 on 3 ranks: judged there, not a ValueError."""
+    runs = _runs([0.50, 0.51, 0.49, 0.50, 0.52], [0.50] * 5, [0.62, 0.61, 0.63, 0.60, 0.62])
+    for r in (r for rs in runs.values() for r in rs):
+        r["busbw"] = {SMALL - 4: r["busbw"][SMALL], LARGE - 4: r["busbw"][LARGE]}
+    got = judge(VARIANTS, runs, target=LARGE)
+    assert got["decisions"]["mtu-1"]["target"] == LARGE - 4 and got["winners"] == ["mtu-1"]
+
+
+def test_a_value_given_as_a_string_equal_to_the_inventorys_is_the_baseline():
+    """-e nic_mtu_value=4096 arrives as "4096": still the inventory's own value, not measured twice."""
+    got = plan([{"name": "mtu", "values": [{"nic_mtu_value": "4096"}, {"nic_mtu_value": 1500}]}], INVENTORY)
+    assert [v["name"] for v in got] == [BASELINE, "mtu-1"]
+    with pytest.raises(ValueError, match=r"tune_space\[0\].name='a/b': valid: a name of its own"):
+        plan([{"name": "a/b", "values": [{"nic_mtu_value": 1500}]}], INVENTORY)
+    with pytest.raises(ValueError, match=r"tune_space\[0\]='mtu': valid: a mapping"):
+        plan(["mtu"], INVENTORY)
