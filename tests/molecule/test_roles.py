@@ -56,6 +56,8 @@ NO_SCENARIO = {
     "preflight": "validate.yml's role, needs the whole cluster; tests/integration runs it",
     "boot_unit": "a task helper, not a concern: the rps_rfs scenario installs a unit through it; "
                  "tests/unit/test_boot_unit.py renders every caller's unit and runs it in check mode",
+    "tune": "ncclprep tune's steps: changes nodes only through the other roles (their scenarios) and needs the "
+            "whole cluster; tests/integration runs it, tests/unit/test_tune_cmd.py its flow",
 }
 
 pytestmark = pytest.mark.molecule
