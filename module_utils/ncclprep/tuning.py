@@ -125,12 +125,12 @@ def decide(base: Mapping[int, Sequence[float]], variant: Mapping[int, Sequence[f
 
 #: The variables a variant may set, each with the concern (role, and site.yml tag) that applies
 #: it: a variant goes through that role, its input checks and (nic_mtu) its rollback included.
-#: (rps_rfs_enabled is not among them: rps_rfs false leaves the masks as they are, it does not undo
-#: them, so a run could not go back and forth between on and off.)
+#: RPS/RFS on or off is rps_rfs_cpus (``none``: off; null: the NIC's local CPUs); rps_rfs_enabled is not
+#: among them: rps_rfs false leaves the masks as they are, so a run could not go back and forth.
 TUNABLE = {"nic_mtu_value": "nic_mtu", "sysctl_tuning_overrides": "sysctl_tuning",
-           "nccl_env_overrides": "nccl_env"}
+           "nccl_env_overrides": "nccl_env", "rps_rfs_cpus": "rps_rfs"}
 #: The switch of a tunable's concern: with it false the role applies nothing, so no variant could be.
-SWITCHES = {"nic_mtu_value": "nic_mtu_enabled"}
+SWITCHES = {"nic_mtu_value": "nic_mtu_enabled", "rps_rfs_cpus": "rps_rfs_enabled"}
 #: Variables whose value is a mapping: a variant's mapping is merged onto the inventory's.
 MERGED = frozenset({"sysctl_tuning_overrides", "nccl_env_overrides"})
 #: The NCCL variables a variant may set: NCCL's "system configuration" class for sockets and IB
@@ -144,6 +144,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 
 def same_value(a, b) -> bool:
     """Values equal as the roles take them: ``"4096"`` from ``-e nic_mtu_value=4096`` is 4096."""
+    if a is None or b is None:
+        return a is b
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return set(a) == set(b) and all(same_value(a[k], b[k]) for k in a)
     return str(a).strip() == str(b).strip()

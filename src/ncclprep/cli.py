@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and validate.yml run. Other arguments go to ansible-playbook.")
     p.add_argument("-i", "--inventory", help="inventory path, e.g. inventory/local")
     p.add_argument("--no-verify", action="store_true",
-                   help="after the decision, only restore the tuned concerns (no site.yml whole, no validate.yml)")
+                   help="no validate.yml after the decision (the inventory's settings are applied still: site.yml "
+                        "whole when something was kept, else over the tuned concerns)")
     p.add_argument("--nccl-tuner", nargs="+", metavar="[ALGO,PROTO=]FILE",
                    help="no cluster run: write an NCCL tuner CSV (NCCL_TUNER_CONFIG_FILE) from recorded nccl-tests "
                         "sweeps, one per forced algorithm and protocol (read from its NCCL INFO lines, or given as "

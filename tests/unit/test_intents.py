@@ -56,6 +56,16 @@ def test_rps_rfs_spreads_the_flow_table_over_the_queue_names():
         concerns.intent("rps_rfs", dict(v, rps_rfs_cpus="eight"), facts)
 
 
+def test_rps_rfs_cpus_none_turns_rps_and_rfs_off():
+    """`rps_rfs_cpus: none`: mask 0 and no flows on every rx queue (ncclprep tune's RPS/RFS off; a
+    CPU list "none" failed to parse before). The facts of such a queue read back as cpus "" and 0."""
+    facts = {"interface": "eth1", "exists": True, "local_cpus": "0-3", "online_cpus": "0-7", "possible_cpus": "0-7",
+             "queues": {"rx-0": {"rps_cpus": "", "rps_flow_cnt": 0}}}
+    v = {"rps_rfs_cpus": "none", "rps_rfs_flow_cnt": None, "sysctl_tuning_intent": None}
+    assert concerns.intent("rps_rfs", v, facts) == {"interface": "eth1", "queues": ["rx-0"], "cpus": "",
+                                                    "mask": "00", "flow_cnt": 0}
+
+
 def test_ssh_trust_allows_the_members_and_records_every_name():
     v = {"ssh_trust_user": "root", "ssh_trust_key_name": "id_ncclprep", "ssh_trust_from": None,
          "data_plane_members": MEMBERS}

@@ -106,7 +106,7 @@ def test_the_plan_merges_mappings_skips_the_baseline_and_names_the_concerns():
     ([{"name": "x", "values": [{"nccl_env_overrides": {"NCCL_ALGO": "Ring"}}]}],
      r"tune_space\[0\].values\[0\].nccl_env_overrides: NCCL_ALGO cannot be tuned"),
     ([{"name": "x", "values": [{"sysctl_tuning_overrides": 5}]}], r"valid: a mapping merged onto the inventory's"),
-    # rps_rfs false leaves the masks in place: a run could not go back to on and off again
+    # rps_rfs false leaves the masks in place: a run could not go back to on and off again (rps_rfs_cpus: none)
     ([{"name": "x", "values": [{"rps_rfs_enabled": False}]}], r"rps_rfs_enabled cannot be tuned"),
     ([{"name": "x", "values": []}], r"tune_space\[0\].values=\[\]: valid: one value or more"),
     ([{"name": "x", "values": [{"nic_mtu_value": 9000}]}, {"name": "x", "values": [{"nic_mtu_value": 1500}]}],
@@ -247,3 +247,10 @@ def test_a_value_given_as_a_string_equal_to_the_inventorys_is_the_baseline():
         plan([{"name": "a/b", "values": [{"nic_mtu_value": 1500}]}], INVENTORY)
     with pytest.raises(ValueError, match=r"tune_space\[0\]='mtu': valid: a mapping"):
         plan(["mtu"], INVENTORY)
+
+
+def test_rps_rfs_off_is_a_variant_of_rps_rfs_cpus():
+    got = plan([{"name": "rps", "values": [{"rps_rfs_cpus": "none"}]}], dict(INVENTORY, rps_rfs_cpus=None))
+    assert got[1]["vars"] == {"rps_rfs_cpus": "none"} and got[1]["concerns"] == ["rps_rfs"]
+    with pytest.raises(ValueError, match="rps_rfs_enabled is false in the inventory"):
+        plan([{"name": "rps", "values": [{"rps_rfs_cpus": "none"}]}], dict(INVENTORY, rps_rfs_enabled=False))

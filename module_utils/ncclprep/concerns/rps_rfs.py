@@ -94,6 +94,10 @@ INTENT_VARS = ("rps_rfs_cpus", "rps_rfs_flow_cnt", "sysctl_tuning_intent")
 INTENT_FACTS = ("interface", "queues:keys", "local_cpus", "online_cpus", "possible_cpus")
 #: The kernel's RFS flow table size when sysctl_tuning sets none (net.core.rps_sock_flow_entries).
 DEFAULT_FLOW_ENTRIES = 32768
+#: rps_rfs_cpus for RPS and RFS off on every rx queue (mask 0, no flows: the kernel's scaling.rst,
+#: "RPS is disabled" with an empty mask; RFS needs rps_flow_cnt > 0). `ncclprep tune` measures it
+#: against RPS on: rps_rfs_enabled false would leave the masks as they are, not undo them.
+RPS_OFF = "none"
 
 
 def intent(v: dict, node: dict) -> dict:
@@ -101,13 +105,16 @@ def intent(v: dict, node: dict) -> dict:
     CPUs of ``rps_rfs_cpus``, else the NIC's local CPUs, else every online CPU, as a mask as wide as
     the possible CPUs; ``rps_rfs_flow_cnt`` flows per queue, else the flow table
     (net.core.rps_sock_flow_entries of sysctl_tuning's intent, 32768 without) split over the rx
-    queues (the kernel's scaling.rst: rps_flow_cnt = rps_sock_flow_entries / N). Raises ValueError
-    for a CPU list that does not parse."""
+    queues (the kernel's scaling.rst: rps_flow_cnt = rps_sock_flow_entries / N). ``rps_rfs_cpus``
+    RPS_OFF (``none``): no CPUs and, unless rps_rfs_flow_cnt says otherwise, no flows: RPS and RFS off.
+    Raises ValueError for a CPU list that does not parse."""
     nr_cpus = max(parse_cpulist(node["possible_cpus"])) + 1
-    cpus = v["rps_rfs_cpus"] or node["local_cpus"] or node["online_cpus"]
+    off = str(v["rps_rfs_cpus"]).strip().lower() == RPS_OFF if v["rps_rfs_cpus"] is not None else False
+    cpus = "" if off else (v["rps_rfs_cpus"] or node["local_cpus"] or node["online_cpus"])
     mask = cpus_to_mask(cpus, nr_cpus)
     queues = node["queues"] or []
     table = int((v["sysctl_tuning_intent"] or {}).get("net.core.rps_sock_flow_entries", DEFAULT_FLOW_ENTRIES))
-    flow_cnt = v["rps_rfs_flow_cnt"] if v["rps_rfs_flow_cnt"] is not None else table // max(len(queues), 1)
+    flow_cnt = (v["rps_rfs_flow_cnt"] if v["rps_rfs_flow_cnt"] is not None
+                else 0 if off else table // max(len(queues), 1))
     return {"interface": node["interface"], "queues": queues, "cpus": format_cpulist(mask_to_cpus(mask)),
             "mask": mask, "flow_cnt": flow_cnt}
