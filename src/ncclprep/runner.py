@@ -260,6 +260,41 @@ class Progress:
             self.stream.flush()
 
 
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (Linux /proc), children first; [] where /proc cannot be read."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: the command may hold spaces and parentheses
+        parent[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == pid]
+        out += kids
+        todo += kids
+    return out
+
+
+def _stop_workers() -> None:
+    """SIGKILL ansible-playbook's workers before ansible-runner kills ansible-playbook's own process
+    group: each worker runs in a session of its own (ansible-core detaches them), so that kill does
+    not reach them, and a worker left behind goes on with its task on a node, or hangs for good."""
+    mine = os.getpgid(0)
+    for pid in _descendants(os.getpid()):
+        try:
+            if os.getpgid(pid) != mine:
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
 def playbook_env() -> dict[str, str]:
     """Environment of ansible-playbook: the repository's ansible.cfg, the venv's tools first on PATH,
     and the local cluster's podman settings where bring-up wrote them (as scripts/env.sh sets)."""
@@ -301,6 +336,13 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
     # result says "interrupted". Given no cancel_callback, ansible-runner would install handlers of its
     # own and leave them for the rest of the process: the next Ctrl-C would then stop nothing.
     interrupted = threading.Event()
+
+    def cancel() -> bool:
+        if interrupted.is_set():
+            _stop_workers()
+            return True
+        return False
+
     handlers = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -312,7 +354,7 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         runner = ansible_runner.run(
             private_data_dir=private, project_dir=REPO_ROOT, playbook=playbook,
             cmdline=" ".join(shlex.quote(a) for a in args), envvars=env,
-            event_handler=progress, quiet=True, suppress_env_files=True, cancel_callback=interrupted.is_set,
+            event_handler=progress, quiet=True, suppress_env_files=True, cancel_callback=cancel,
         )
         rc = runner.rc if isinstance(runner.rc, int) else EXIT_COULD_NOT_RUN
         error = None if runner.status in ("successful", "failed") else f"ansible-playbook {runner.status}"

@@ -378,3 +378,15 @@ def test_ctrl_c_cancels_the_playbook_and_the_handlers_are_given_back(tmp_path):
     assert result.error == "interrupted" and result.exit_code == 3
     assert time.monotonic() - started < 40
     assert signal.getsignal(signal.SIGINT) is before
+    # nothing of that ansible-playbook is left: its workers run in sessions of their own, out of reach of
+    # ansible-runner's kill of its process group (one was left sleeping for good before)
+    time.sleep(1)
+    left = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if str(book).encode() in fh.read():
+                    left.append(pid)
+        except OSError:
+            pass
+    assert left == []
