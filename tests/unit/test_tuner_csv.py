@@ -9,11 +9,8 @@ with size."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from ansible.module_utils.ncclprep.tuner_csv import HEADER, choose, ranges, read_sweep, render
-from conftest import CASES
 
 from ncclprep.tune_cmd import nccl_tuner_main
 
@@ -57,10 +54,9 @@ def test_the_reader_takes_the_label_from_nccls_lines_and_the_lower_half():
     assert read_sweep(sweep(TREE_LL), "Tree,LL", source="t.txt")["label"] == "tree,ll"
 
 
-def test_the_reader_reads_the_recorded_case():
+def test_the_reader_reads_the_recorded_case(case):
     """The shared case (a real 3-node all_reduce_perf tail: rows and the average, no header)."""
-    with open(os.path.join(CASES, "nccl_tests", "allreduce-3node-healthy-tail.txt"), encoding="utf-8") as fh:
-        s = read_sweep(fh.read(), "ring,simple", source="tail")
+    s = read_sweep(case("nccl_tests/allreduce-3node-healthy-tail.txt"), "ring,simple", source="tail")
     assert s["busbw"][133169160] == 95.74  # min(95.74 out-of-place, 95.94 in-place)
     assert s["nodes"] is None and s["collective"] is None
 
