@@ -131,6 +131,10 @@ TUNABLE = {"nic_mtu_value": "nic_mtu", "sysctl_tuning_overrides": "sysctl_tuning
            "nccl_env_overrides": "nccl_env", "rps_rfs_cpus": "rps_rfs"}
 #: The switch of a tunable's concern: with it false the role applies nothing, so no variant could be.
 SWITCHES = {"nic_mtu_value": "nic_mtu_enabled", "rps_rfs_cpus": "rps_rfs_enabled"}
+#: Every variable the plan step reads on each node (a tunable and its switch), with the role whose
+#: defaults give its value where the inventory sets none: the CLI hands it to roles/tune's plan.yml
+#: as ``tune_variables``.
+READ = {**TUNABLE, **{switch: TUNABLE[var] for var, switch in SWITCHES.items()}}
 #: Variables whose value is a mapping: a variant's mapping is merged onto the inventory's.
 MERGED = frozenset({"sysctl_tuning_overrides", "nccl_env_overrides"})
 #: The NCCL variables a variant may set: NCCL's "system configuration" class for sockets and IB

@@ -44,6 +44,7 @@ import yaml
 # isort: off
 from ncclprep import REPO_ROOT  # (extends ansible.module_utils.__path__)
 from ansible.module_utils.ncclprep import tuning
+from ansible.module_utils.ncclprep.report import load_run
 # isort: on
 from ncclprep.runner import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_COULD_NOT_RUN, EXIT_PASS, run_playbook
 
@@ -153,9 +154,19 @@ class Tune:
         self.changed = False
 
     # -- steps ---------------------------------------------------------------------------------
+    def ansible(self, playbook: str, args: list[str], label: str, *, interruptible: bool = True):
+        """``playbook`` on the inventory with the command's extra arguments and ``args``: its RunResult.
+        A Ctrl-C that reached run_playbook (ansible-runner) is the whole command's: raised as
+        KeyboardInterrupt, unless ``interruptible`` is false (the restore, which must not raise)."""
+        result = run_playbook(playbook, self.inventory, [*self.extra, *args], label, verbose=self.verbose,
+                              task_lines=False)
+        if interruptible and result.error == "interrupted":
+            raise KeyboardInterrupt
+        return result
+
     def _play(self, tags: list[str], label: str, values: dict | None = None, out: str | None = None,
               playbook: str = PLAYBOOK):
-        args = [*self.extra, "--tags", ",".join(tags)]
+        args = ["--tags", ",".join(tags)]
         if values:
             path = os.path.join(self.dir, "variant.json")
             with open(path, "w", encoding="utf-8") as fh:
@@ -163,10 +174,7 @@ class Tune:
             args += ["-e", "@" + path]
         if out:
             args += ["-e", json.dumps({"tune_out": out})]
-        result = run_playbook(playbook, self.inventory, args, label, verbose=self.verbose, task_lines=False)
-        if result.error == "interrupted":  # Ctrl-C reached run_playbook (ansible-runner): the run's, not a step's
-            raise KeyboardInterrupt
-        return result
+        return self.ansible(playbook, args, label)
 
     def _failed(self, result, what: str) -> str:
         if result.error:
@@ -205,7 +213,8 @@ class Tune:
     def _read(self, name: str) -> dict:
         """The plan step (tune.yml --tags tune_plan): the space, the options and every node's values."""
         out = os.path.join(self.dir, name)
-        result = self._play(["tune_plan"], "tune: read the space", out=out)
+        result = self._play(["tune_plan"], "tune: read the space", out=out,
+                            values={"tune_variables": tuning.READ})
         if result.exit_code != EXIT_PASS:
             raise StepFailed(self._failed(result, "reading tune_space"), result.exit_code)
         if not os.path.isfile(out):
@@ -303,8 +312,7 @@ class Tune:
         if not self.concerns:
             return True
         _say(f"ncclprep tune: {why}: applying the inventory's settings (site.yml --tags {','.join(self.concerns)})")
-        result = run_playbook("site.yml", self.inventory, [*self.extra, "--tags", ",".join(self.concerns)],
-                              "tune: restore", verbose=self.verbose, task_lines=False)
+        result = self.ansible("site.yml", ["--tags", ",".join(self.concerns)], "tune: restore", interruptible=False)
         ok = result.exit_code == EXIT_PASS
         self.record["restored"] = {"ok": ok, "why": why, "error": None if ok else self._failed(result, "restore")}
         if not ok:
@@ -410,10 +418,7 @@ def _decide(run: Tune, variants: list[dict], runs: dict) -> int:
         run.confirm_written(result["vars"])
         # site.yml whole: the winner on every node, and the node check's intent with it
         _say("ncclprep tune: provisioning with the tuned settings (site.yml)")
-        site = run_playbook("site.yml", run.inventory, run.extra, "tune: provision", verbose=run.verbose,
-                            task_lines=False)
-        if site.error == "interrupted":
-            raise KeyboardInterrupt
+        site = run.ansible("site.yml", [], "tune: provision")
         if site.exit_code != EXIT_PASS:
             raise StepFailed(run._failed(site, "provisioning the winner (site.yml)"), EXIT_COULD_NOT_RUN)
     else:
@@ -434,20 +439,16 @@ def _verify(run: Tune, result: dict, by_name: dict) -> int:
     read = run.read
     record = run.write()
     _say("ncclprep tune: verifying with validate.yml")
-    val = run_playbook("validate.yml", run.inventory, [*run.extra, "-e", json.dumps({"preflight_tuning_file": record})],
-                       "tune: validate", verbose=run.verbose, task_lines=False)
-    if val.error == "interrupted":
-        raise KeyboardInterrupt
+    val = run.ansible("validate.yml", ["-e", json.dumps({"preflight_tuning_file": record})], "tune: validate")
     report = (val.report or {}).get("report_dir")
     verify = {"status": (val.report or {}).get("status"), "report_dir": report, "exit_code": val.exit_code}
     if report:
         try:
-            with open(os.path.join(report, "cluster.json"), encoding="utf-8") as fh:
-                cluster = json.load(fh)
+            cluster, _ = load_run(report)
             rows = (cluster.get("collectives") or {}).get(read["op"]) or []
             verify["busbw"] = {int(r["size_bytes"]): r["busbw_gbps"] for r in rows}
-        except (OSError, ValueError, KeyError):
-            pass
+        except (OSError, ValueError, KeyError) as exc:  # verify_figures then says there is no figure
+            verify["report_error"] = str(exc)
     verify.update(tuning.verify_figures(result, run.record["runs"], verify.get("busbw") or {}, by_name))
     run.record["verify"] = verify
     _say(f"ncclprep tune: validate.yml {verify['status'] or 'did not report'}"

@@ -620,19 +620,15 @@ BAD_INPUT = [
     ('{"roce_qos_interfaces": ["eth0"]}', "interfaces: 'eth0' named, but this host has no RoCE port"),
     ("firewall_cluster_cidr=10.77.29.128/25",
      "node1: firewall_cluster_cidr=10.77.29.128/25 does not hold the data-plane address of node1 (10.77.29.11)"),
-    # issue 11: wrong types, unknown names, malformed or out-of-range values, values NCCL refuses
+    # issue 11: wrong types, unknown names, malformed or out-of-range values. One value per gate:
+    # the rules behind a gate (every NCCL variable's type, a sysctl's form) are unit-tested on
+    # their module (tests/unit/test_nccl_vars.py, test_sysctl.py); each run here costs ~7 s
     ("nic_mtu_value=abc", "argument 'nic_mtu_value' is of type str and we were unable to convert to int"),
     ('{"sysctl_tuning_overrides": {"net.core.no_such_knob": 1}}',
      "node1: net.core.no_such_knob=1: no such sysctl on this kernel"),
-    ('{"sysctl_tuning_overrides": {"net.core.somaxconn": "lots"}}',
-     "node2: net.core.somaxconn='lots': non-numeric 'lots' for a numeric key"),
     ("data_plane_cidr=10.77.29.0/33", "node3: data_plane_cidr='10.77.29.0/33' is invalid: not a CIDR"),
     ('{"firewall_rendezvous_ports": [29400, 70000]}',
      "node1: firewall_rendezvous_sources port=70000 is not a TCP/UDP port (valid: 1..65535)"),
-    ('{"nccl_env_overrides": {"NCCL_IB_DISABLE": "2"}}', "node2: NCCL_IB_DISABLE=2: not 0 or 1 (a switch)"),
-    ('{"nccl_env_overrides": {"NCCL_BUFFSIZE": "4MB"}}',
-     "node3: NCCL_BUFFSIZE=4MB: not an integer (valid: an integer >= 1)"),
-    ('{"nccl_env_overrides": {"NCCL_PROTO": "Fast"}}', "node1: NCCL_PROTO=Fast: 'Fast' not one of LL, LL128, SIMPLE"),
     ("nccl_env_rendezvous_host=10.99.0.1",
      "node2: nccl_env_rendezvous_host=10.99.0.1, nccl_env_rendezvous_port=29400, nccl_env_nproc_per_node=: the "
      "rendezvous host must be a member of the cluster (one of node1, node2, node3; null: the first)"),

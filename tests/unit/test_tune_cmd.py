@@ -10,6 +10,7 @@ import os
 
 import pytest
 import yaml
+from ansible.module_utils.ncclprep.report.schema import SCHEMA_VERSION
 
 from ncclprep import tune_cmd
 from ncclprep.runner import Failure, RunResult
@@ -72,8 +73,7 @@ class FakeCluster:
         if playbook == "validate.yml":
             run = self.tmp / "reports" / "run1"
             run.mkdir(parents=True, exist_ok=True)
-            rows = [{"size_bytes": SIZES[1], "busbw_gbps": self.busbw[self.mtu]}]
-            (run / "cluster.json").write_text(json.dumps({"collectives": {"all_reduce": rows}}))
+            (run / "cluster.json").write_text(cluster_json(self.busbw[self.mtu]))
             return RunResult(rc=0, report={"status": "PASS", "report_dir": str(run), "problems": []})
         raise AssertionError(f"unexpected run: {playbook} {tags}")
 
@@ -81,6 +81,12 @@ class FakeCluster:
         tuned = self.tmp / "inv" / "group_vars" / "all" / "ncclprep_tuned.yml"
         return (yaml.safe_load(tuned.read_text()) or {}).get("nic_mtu_value", self.inventory_mtu) \
             if tuned.exists() else self.inventory_mtu
+
+
+def cluster_json(busbw: float) -> str:
+    """validate.yml's cluster.json (the current schema's least) with all_reduce's busbw at the target."""
+    return json.dumps({"schema_version": SCHEMA_VERSION, "status": "PASS", "hosts": ["node1", "node2"], "checks": [],
+                       "collectives": {"all_reduce": [{"size_bytes": SIZES[1], "busbw_gbps": busbw}]}})
 
 
 @pytest.fixture
@@ -257,11 +263,41 @@ def test_validate_below_every_run_of_the_winner_fails_the_verification(tmp_path,
     def slow_validate(playbook, inventory_, extra, label, **kw):
         out = fake(playbook, inventory_, extra, label, **kw)
         if playbook == "validate.yml":
-            (tmp_path / "reports" / "run1" / "cluster.json").write_text(json.dumps(
-                {"collectives": {"all_reduce": [{"size_bytes": SIZES[1], "busbw_gbps": 0.40}]}}))
+            (tmp_path / "reports" / "run1" / "cluster.json").write_text(cluster_json(0.40))
         return out
 
     monkeypatch.setattr(tune_cmd, "run_playbook", slow_validate)
     assert tune_cmd.tune_main(inventory, []) == 1
     out = capsys.readouterr().out
     assert "below every tuning run" in out and "the kept settings did not hold in validate.yml" in out
+
+
+def test_the_plan_step_reads_each_nodes_value_else_its_roles_default(tmp_path):
+    """roles/tune's plan.yml through ansible-playbook (two local hosts): every variable of tuning.READ,
+    handed over by the CLI, is read on each node; the inventory's value where it sets one (node2's
+    MTU), else the default of the role READ names (review: plan.yml had its own list of both)."""
+    import subprocess
+    import sys
+
+    from ansible.module_utils.ncclprep import tuning
+    from conftest import ANSIBLE_JSON_ENV, BIN, REPO
+
+    hosts = {"node1": {"ansible_connection": "local"},
+             "node2": {"ansible_connection": "local", "nic_mtu_value": 9000}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"ncclprep_nodes": {"hosts": hosts}}}}))
+    out = tmp_path / "plan.json"
+    res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "tune.yml", "-i", str(tmp_path / "hosts.yml"),
+                          "--tags", "tune_plan", "-e", f"ansible_python_interpreter={sys.executable}",
+                          "-e", json.dumps({"tune_out": str(out), "tune_variables": tuning.READ})],
+                         cwd=REPO, env=ANSIBLE_JSON_ENV, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    plan = json.loads(out.read_text())
+    defaults = {}
+    for role in set(tuning.READ.values()):
+        with open(os.path.join(REPO, "roles", role, "defaults", "main.yml"), encoding="utf-8") as fh:
+            defaults[role] = yaml.safe_load(fh)
+    want = {var: defaults[role][var] for var, role in tuning.READ.items()}
+    assert set(tuning.READ) >= set(tuning.TUNABLE) | set(tuning.SWITCHES.values())
+    assert plan["baselines"]["node1"] == want
+    assert plan["baselines"]["node2"] == dict(want, nic_mtu_value=9000)
+    assert plan["hosts"] == ["node1", "node2"] and plan["runs"] == 5
