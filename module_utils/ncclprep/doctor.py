@@ -25,7 +25,13 @@ from collections import Counter
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import diagnose_sysctl, parse_sysctl_a
 from ansible.module_utils.ncclprep.parsers import SEVERITIES, finding
 from ansible.module_utils.ncclprep.parsers.ethtool import diagnose_ethtool, parse_ethtool, parse_ethtool_driver
-from ansible.module_utils.ncclprep.parsers.ibstat import diagnose_ib_ports, link_rate_gbps, parse_ib_status
+from ansible.module_utils.ncclprep.parsers.ibstat import (
+    AN_DEVICE_RE,
+    diagnose_ib_aborted,
+    diagnose_ib_ports,
+    link_rate_gbps,
+    parse_ib_status,
+)
 from ansible.module_utils.ncclprep.parsers.ibv_devinfo import diagnose_ibv_devinfo, parse_ibv_devinfo
 from ansible.module_utils.ncclprep.parsers.ifconfig import parse_ifconfig
 from ansible.module_utils.ncclprep.parsers.ip_link import diagnose_ip_link, parse_ip_link
@@ -43,6 +49,7 @@ from ansible.module_utils.ncclprep.parsers.netplan import diagnose_netplan, pars
 from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, parse_lscpu, parse_numactl_hardware
 from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, diagnose_topo_p2p, parse_topo, parse_topo_p2p
 from ansible.module_utils.ncclprep.parsers.torch_dist import diagnose_torch_dist, parse_torch_dist
+from ansible.module_utils.ncclprep.parsers.torch_watchdog import watchdog_census
 from ansible.module_utils.ncclprep.parsers.ufw import diagnose_ufw, parse_ufw_status
 
 SCHEMA_VERSION = 1
@@ -97,6 +104,9 @@ _SIGNATURES = [
     ("ibv_devinfo", re.compile(r"^\s*(?:fw_ver|node_guid|sys_image_guid|vendor_part_id|phys_port_cnt|active_mtu|"
                                r"max_mtu|port_lid|port_lmc):", _M), 2),
     ("ibv_devinfo", re.compile(r"\bPORT_(?:ACTIVE|DOWN|INIT|ARMED)\b"), 2),
+    ("ibv_devinfo", re.compile(r"no userspace device-specific driver found|^\s*\d+ HCAs? found|^Failed to open device$|"
+                               r"No IB devices found", _M), 3),
+    ("ibstat", re.compile(r"^ibpanic: ", _M), 3),
     ("ip_link", re.compile(r"^\d+:\s+[\w.@-]+:\s+<[A-Z0-9_,-]*>\s+mtu\s+\d+", _M), 4),
     ("ip_link", re.compile(r"^\s+link/(?:ether|loopback|infiniband|none)\b", _M), 2),
     ("ip_link", re.compile(r"^\s+inet6?\s+[^\s/]+/\d+\b[^\n]*\bscope\b", _M), 2),
@@ -300,10 +310,11 @@ def _union(*groups: list[str], limit: int = MAX_EVIDENCE) -> list[str]:
 
 
 def _ib_block(lines: list[str], device: str, port) -> list[str]:
-    if any(ln.startswith("Infiniband device '") for ln in lines):
-        return _block(lines, re.compile(rf"^Infiniband device '{re.escape(device)}' port {port} status:"),
-                      re.compile(r"^Infiniband device '"))
-    return _block(lines, re.compile(rf"^CA '{re.escape(device)}'"), re.compile(r"^CA '"))
+    """The device's block in either layout (both may be pasted together: ibstatus's first)."""
+    block = _block(lines, re.compile(rf"^Infiniband device '{re.escape(device)}' port {port} status:"),
+                   re.compile(r"^Infiniband device '|^CA '|^\S*\$ "))
+    return block or _block(lines, re.compile(rf"^CA '{re.escape(device)}'"),
+                           re.compile(r"^CA '|^Infiniband device '|^\S*\$ "))
 
 
 _TOPO_ROW_RE = re.compile(r"^\s*GPU\d+\s+(?!GPU\d)\S")
@@ -317,6 +328,10 @@ def _iface_lines(lines: list[str], names) -> list[str]:
     return [ln for ln in lines if "]" in ln and regex.search(ln)]
 
 
+_NCCL_ERROR_IDS = frozenset({"nccl.duplicate_gpu", "nccl.cuda_arch", "nccl.cuda_oom", "nccl.shm_too_small",
+                             "nccl.ib_open_failed", "nccl.ib_memlock", "nccl.no_verbs", "nccl.bootstrap_connect"})
+
+
 def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
     """The input lines that show finding ``f`` (quoted as printed, at most MAX_EVIDENCE and a count)."""
     fid = f["id"]
@@ -327,12 +342,23 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
         if len(virtual) > 3:
             out.append(f"... ({len(virtual) - 3} more container/virtual interfaces)")
         return out
+    if fid == "nccl.socket_over_ipoib":
+        return _union(_grep(lines, "NET/Socket : Using", limit=1), _grep(lines, "NCCL_IB_DISABLE", limit=1),
+                      _grep(lines, "Using network Socket", limit=1))
     if fid in ("nccl.socket_ifname_missing", "nccl.socket_no_iface"):
         return _union(_grep(lines, "NCCL_SOCKET_IFNAME", limit=2), _grep(lines, f"family {f.get('family')}"))
     if fid == "nccl.ib_completion_error":
         return _grep(lines, "completion", regex=re.compile(rf"(?:error |status=(?:\w+\()?){f.get('error')}\b"))
     if fid == "nccl.warn":
         return _grep(lines, f["first"][:80]) if f.get("first") else []
+    if f.get("lines") is None and fid in _NCCL_ERROR_IDS:
+        from ansible.module_utils.ncclprep.parsers.nccl_errors import RULES
+
+        regex = next(r for i, _s, r in RULES if i == fid)
+        out = _grep(lines, regex=regex, limit=3)
+        if fid == "nccl.ib_open_failed":
+            out = _union(out, _grep(lines, regex=re.compile(r"NET/IB : No device found|Using network Socket"), limit=2))
+        return out
     if fid == "nccl.debug_class":
         from ansible.module_utils.ncclprep.concerns.nccl_env import DEBUG_CLASS
 
@@ -354,6 +380,16 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
     if fid == "torch.connect_failed":
         host, _, port = f["subject"].rpartition(":")
         return _grep(lines, "failed to connect", host, f":{port}")
+    if fid == "torch.collective_timeout":
+        seq = f.get("seq")
+        waits = _grep(lines, "Watchdog caught", f"SeqNum={seq}" if seq is not None else "", limit=2)
+        where = _grep(lines, regex=re.compile(rf"work: {seq}, last enqueued" if seq is not None else r"last enqueued"),
+                      limit=2)
+        suspect = [ln for r in (f.get("suspects") or [])[:2]
+                   for ln in _grep(lines, regex=re.compile(rf"\[rank{r}\]:|\[(?:PG [^\]]*?)?Rank {r}\]"), limit=1)]
+        return _union(waits, where, suspect)
+    if fid == "torch.watchdog_stuck":
+        return _grep(lines, regex=re.compile(r"Heartbeat monitor timed out|watchdog got stuck"), limit=3)
     if fid in ("torch.ranks_missing", "torch.store_barrier_stale"):
         return _grep(lines, regex=re.compile(r"monitoredBarrier|store based barrier|waiting for clients"))
     if fid in ("ib.port_down", "ib.no_subnet_manager"):
@@ -363,6 +399,12 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
     if fid == "ib.usable_hcas":
         heads = _grep(lines, regex=re.compile(r"^CA '|^Infiniband device '"))
         return _union(heads, _grep(lines, regex=re.compile(r"^\s*State:|^\s*state:")))
+    if fid == "ibv.no_provider":
+        return _grep(lines, regex=re.compile(r"no userspace device-specific driver|HCAs? found"), limit=3)
+    if fid == "ibv.open_failed":
+        return _union(_grep(lines, "Failed to open device", limit=1), _grep(lines, regex=re.compile(r"^\s*hca_id:")))
+    if fid == "ib.listing_aborted":
+        return _grep(lines, "ibpanic", limit=2)
     if fid.startswith("ibv."):
         block = _block(lines, re.compile(rf"^\s*hca_id:\s*{re.escape(f['subject'])}\s*$"), re.compile(r"^\s*hca_id:"))
         return _union(block[:1], _pick(block, ("port:", "state:", "max_mtu:", "active_mtu:", "link_layer:")))
@@ -517,6 +559,16 @@ def _read_torch_dist(text: str, host: str | None, opts: dict) -> dict:
     if parsed["store_clients"]:
         c = parsed["store_clients"]
         read.append(f"TCPStore: {c['joined']} of {c['expected']} clients joined in {c['timeout_s']} s")
+    census = watchdog_census(parsed["watchdog"])
+    if census:
+        work = f"work {census['seq']}" if census["seq"] is not None else "(no SeqNum printed)"
+        read.append(f"NCCL watchdog: {len(census['waiting'])} rank(s) timed out in {census['op']} {work}"
+                    + (f" (process group {census['pg']})" if census["pg"] is not None else "")
+                    + f", timeout {census['timeout_ms']} ms; ranks in the text: "
+                    + (", ".join(map(str, parsed["watchdog"]["ranks_seen"])) or "none named"))
+        for p in parsed["watchdog"]["progress"][:4]:
+            read.append(f"rank {p['rank']}: at work {p['work']}, last enqueued {p['last_enqueued']}, last completed "
+                        f"{p['last_completed']}")
     if parsed["exceptions"]:
         read.append("exceptions: " + ", ".join(parsed["exceptions"]))
     notes = []
@@ -562,6 +614,9 @@ def _read_topo(text: str, host: str | None, opts: dict) -> dict:
 def _read_ibstat(text: str, host: str | None, opts: dict) -> dict:
     parsed = parse_ib_status(text)
     ports = parsed["ports"]
+    # an Accelerated Networking function ibstat stopped at is Ethernet, not an HCA (ibstat.AN_DEVICE_RE)
+    skipped = {a["device"] for a in parsed["aborted"] if a["device"] and AN_DEVICE_RE.search(a["device"])}
+    hcas = [p for p in ports if p["device"] not in skipped]
     parts = []
     for p in ports:
         rate = link_rate_gbps(p)
@@ -583,7 +638,8 @@ def _read_ibstat(text: str, host: str | None, opts: dict) -> dict:
         read.append("RoCE (Ethernet link layer) on " + ", ".join(sorted({p["device"] for p in roce}))
                     + ": LID 0 and SM LID 0 are normal for RoCE (a subnet manager is an InfiniBand matter)")
     notes = [] if ports else ["no HCA port read: the input may be cut before its first port"]
-    return {"parsed": parsed, "read": read, "findings": diagnose_ib_ports(ports, host),
+    return {"parsed": parsed, "read": read,
+            "findings": diagnose_ib_aborted(parsed["aborted"], ports, host) + diagnose_ib_ports(hcas, host),
             "unparsed": parsed["unparsed"], "host": host, "notes": notes,
             "facts": {"ib_rate_gbit_s": sum(link_rate_gbps(p) or 0 for p in ports)}}
 
@@ -595,6 +651,8 @@ def _read_ibv_devinfo(text: str, host: str | None, opts: dict) -> dict:
         ports = "; ".join(f"port {p['port']} {p['state']}, max_mtu {p['max_mtu']}, active_mtu {p['active_mtu']}, "
                           f"link layer {p['link_layer']}" for p in hca["ports"])
         read.append(f"{hca['hca_id']} (fw {hca['fw_ver']}, vendor part {hca['vendor_part_id']}): {ports or 'no port'}")
+    if parsed.get("found") is not None:
+        read.append(f"ibv_devinfo -l: {parsed['found']} HCA(s) found")
     notes = [] if parsed["hcas"] else ["no HCA read"]
     return {"parsed": parsed, "read": read, "findings": diagnose_ibv_devinfo(parsed, host),
             "unparsed": parsed["unparsed"], "host": host, "notes": notes}
@@ -824,6 +882,8 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
                 out["host"] = got["host"]
             out["read"] += got["read"]
             for f in got["findings"]:
+                if k != detected and any(f["id"] == o["id"] and f["subject"] == o["subject"] for o in out["findings"]):
+                    continue  # read again by the companion kind (an NCCL error inside a torch traceback)
                 f = dict(f)
                 f["evidence"] = _evidence(k, f, lines)
                 out["findings"].append(f)

@@ -80,7 +80,7 @@ def test_garbled_input_keeps_what_it_read():
     port = parsed["cas"][0]["ports"][0]
     assert port["state"] == "Active" and port["physical_state"] is None and port["rate_gbps"] is None
     assert parse_ibstatus("Infiniband device 'x' port 1 status:\n\trate:  fast\n")["unparsed"] == ["\trate:  fast"]
-    assert parse_ib_status("") == {"layout": "ibstat", "ports": [], "unparsed": []}
+    assert parse_ib_status("") == {"layout": "ibstat", "ports": [], "aborted": [], "unparsed": []}
 
 
 def test_finding_rejects_unknown_severity():

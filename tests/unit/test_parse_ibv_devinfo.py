@@ -31,7 +31,8 @@ def test_verbose_gids_and_garbled_lines():
     text = ("hca_id:\tmlx5_0\n\tport:\t1\n\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tGID[  3]:\t\tfe80::1, RoCE v2\n"
             "\t\t\t\t\tBAD_PKEY_CNTR\n\t\t\tactive_mtu:\t\tbig\n")
     parsed = parse_ibv_devinfo("No IB devices found\n" + text)
-    assert parsed["unparsed"] == ["No IB devices found", "\t\t\t\t\tBAD_PKEY_CNTR"]
+    assert parsed["unparsed"] == ["\t\t\t\t\tBAD_PKEY_CNTR"]
+    assert parsed["found"] == 0  # "No IB devices found": ibv_devinfo's count, read
     port = parsed["hcas"][0]["ports"][0]
     assert port["gids"] == [{"index": 3, "gid": "fe80::1", "type": "RoCE v2"}]
     assert port["active_mtu"] is None and port["max_mtu"] is None and port["state"] == "PORT_DOWN"

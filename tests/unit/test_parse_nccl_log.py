@@ -104,7 +104,7 @@ def test_channel_format_other_warns_and_garbled_lines():
     assert transports_used(parsed["hops"]) == {"intra_host": ["P2P/CUMEM"], "inter_host": ["NET/IB"]}
     findings = diagnose_nccl_log(parsed)
     assert [(f["id"], f["severity"], f["subject"]) for f in findings] == [
-        ("nccl.warn", "WARN", "n1"), ("nccl.transports", "INFO", "host")]
+        ("nccl.cuda_oom", "FAIL", "host"), ("nccl.transports", "INFO", "host")]
     assert "no IB/RDMA" not in findings[1]["message"]
 
 

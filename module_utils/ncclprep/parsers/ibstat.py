@@ -157,17 +157,42 @@ def parse_ibstatus(text: str) -> dict:
     return {"ports": ports, "unparsed": unparsed}
 
 
-def parse_ib_status(text: str) -> dict:
-    """Parse either layout: ``{"layout": "ibstat" | "ibstatus", "ports": [flat port dicts], "unparsed": [...]}``.
+#: ibstat's abort (infiniband-diags ibdiag_common.c ``IBPANIC``): ``ibpanic: [8371] main: stat of IB
+#: device 'mlx5_an0' failed: No such file or directory``; the listing stops there.
+_PANIC_RE = re.compile(r"ibpanic: (?:\[\d+\] )?[\w.]+: (.*?)\s*$")
+_PANIC_DEVICE_RE = re.compile(r"IB device '([^']+)'")
+#: Azure's Accelerated Networking function (an Ethernet VF the mlx5 driver also lists): not an HCA.
+AN_DEVICE_RE = re.compile(r"_an\d+$")
 
-    The layout is ``ibstatus`` when any line starts with ``Infiniband device '``, else ``ibstat``.
+
+def parse_ib_status(text: str) -> dict:
+    """Parse either layout, or both pasted together: ``{"layout": "ibstat" | "ibstatus" | "ibstat and
+    ibstatus", "ports": [flat port dicts], "aborted": [{"device", "error"}], "unparsed": [...]}``.
+
+    A port both layouts print is taken from ``ibstatus``'s. ``aborted``: ibstat's ``ibpanic`` lines
+    (the device it stopped at, None when the line names none, and the error as printed): the CAs
+    before it were printed, the rest were not.
     """
-    if any(line.startswith("Infiniband device '") for line in text.splitlines()):
-        parsed = parse_ibstatus(text)
-        return {"layout": "ibstatus", "ports": parsed["ports"], "unparsed": parsed["unparsed"]}
-    parsed = parse_ibstat(text)
-    ports = [p for ca in parsed["cas"] for p in ca["ports"]]
-    return {"layout": "ibstat", "ports": ports, "unparsed": parsed["unparsed"]}
+    lines = text.splitlines()
+    aborted = []
+    for line in lines:
+        m = _PANIC_RE.search(line)
+        if m:
+            dev = _PANIC_DEVICE_RE.search(m.group(1))
+            aborted.append({"device": dev.group(1) if dev else None, "error": m.group(1)})
+    ibstat = parse_ibstat(text)
+    stat_ports = [p for ca in ibstat["cas"] for p in ca["ports"]]
+    panics = {i for i, line in enumerate(lines) if _PANIC_RE.search(line)}
+    if any(line.startswith("Infiniband device '") for line in lines):
+        status = parse_ibstatus(text)
+        have = {(p["device"], p["port"]) for p in status["ports"]}
+        extra = [p for p in stat_ports if (p["device"], p["port"]) not in have]
+        either = set(ibstat["unparsed"]) & set(status["unparsed"]) if extra else set(status["unparsed"])
+        unparsed = [ln for i, ln in enumerate(lines) if ln in either and i not in panics]
+        return {"layout": "ibstat and ibstatus" if extra else "ibstatus", "ports": status["ports"] + extra,
+                "aborted": aborted, "unparsed": unparsed}
+    unparsed = [ln for ln in ibstat["unparsed"] if not _PANIC_RE.search(ln)]
+    return {"layout": "ibstat", "ports": stat_ports, "aborted": aborted, "unparsed": unparsed}
 
 
 def port_is_up(port: dict) -> bool:
@@ -183,6 +208,26 @@ def link_rate_gbps(port: dict) -> float | None:
     not a link speed and must not be counted as one.
     """
     return port.get("rate_gbps") if port_is_up(port) else None
+
+
+def diagnose_ib_aborted(aborted: list[dict], ports: list[dict], host: str | None = None) -> list[dict]:
+    """WARN ``ib.listing_aborted`` per device ibstat stopped at (``parse_ib_status``'s ``aborted``):
+    the listing is partial, the ports read before it stand. A device named ``mlx5_an<N>`` is Azure's
+    Accelerated Networking (Ethernet) function, which ibstat cannot read (Azure/azhpc-images#213):
+    not a missing HCA."""
+    out = []
+    for a in aborted:
+        dev = a["device"] or "a device"
+        an = bool(a["device"] and AN_DEVICE_RE.search(a["device"]))
+        why = (f"{dev} is an Accelerated Networking (Ethernet) function that ibstat cannot read, not a missing HCA"
+               if an else f"{dev} is listed by the kernel but could not be read (its device node is missing or it "
+               "went away)")
+        out.append(finding("ib.listing_aborted", "WARN", a["device"] or (host or "host"),
+                           f"ibstat stopped at {dev} ({a['error']}): the listing is partial ({len(ports)} port"
+                           f"{'s' if len(ports) != 1 else ''} read); {why}",
+                           "run `ibstat <device>` for each InfiniBand device (ls /sys/class/infiniband) or ibstatus, "
+                           "which reads every device", host=host, device=a["device"], accelerated_networking=an))
+    return out
 
 
 def diagnose_ib_ports(ports: list[dict], host: str | None = None) -> list[dict]:

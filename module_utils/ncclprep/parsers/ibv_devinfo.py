@@ -60,6 +60,14 @@ def _value(key: str, value: str):
     return value
 
 
+#: libibverbs' lines when a device is there but cannot be used (libibverbs/device.c, init.c;
+#: ibv_devinfo.c): the kernel's uverbs device has no user-space provider, or its /dev/infiniband
+#: node cannot be opened; and ibv_devinfo's count.
+_NO_PROVIDER_RE = re.compile(r"no userspace device-specific driver found for (\S+)")
+_OPEN_FAILED_RE = re.compile(r"^\s*Failed to open device\s*$")
+_FOUND_RE = re.compile(r"^\s*(\d+) HCAs? found:?\s*$|^\s*No IB devices found\s*$")
+
+
 def parse_ibv_devinfo(text: str) -> dict:
     """Parse ``ibv_devinfo [-v]`` output into ``{"hcas": [...], "unparsed": [lines]}``.
 
@@ -68,15 +76,30 @@ def parse_ibv_devinfo(text: str) -> dict:
     keys kept as printed strings). A port is ``{"port": int, "state": "PORT_ACTIVE",
     "state_code": 4, "max_mtu": 4096, "active_mtu": 1024, "sm_lid": int, "port_lid": int,
     "port_lmc": str, "link_layer": str, "gids": [{"index", "gid", "type"}]}`` with MTUs in bytes;
-    a field not printed is None (``gids`` empty). Never raises.
+    a field not printed is None (``gids`` empty). Also ``"no_provider": [uverbs sysfs paths]``
+    (libibverbs found no user-space driver for them), ``"open_failed"``: the count of ``Failed to
+    open device`` lines, and ``"found"``: the count ``ibv_devinfo -l`` printed (``N HCAs found``;
+    0 for ``No IB devices found``), else None. Never raises.
     """
     hcas: list[dict] = []
     unparsed: list[str] = []
     hca: dict | None = None
     port: dict | None = None
+    extra: dict = {"no_provider": [], "open_failed": 0, "found": None}
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
+            continue
+        m = _NO_PROVIDER_RE.search(stripped)
+        if m:
+            extra["no_provider"].append(m.group(1))
+            continue
+        if _OPEN_FAILED_RE.match(stripped):
+            extra["open_failed"] += 1
+            continue
+        m = _FOUND_RE.match(stripped)
+        if m:
+            extra["found"] = int(m.group(1)) if m.group(1) else 0
             continue
         gid = _GID_RE.match(stripped)
         if gid and port is not None:
@@ -108,11 +131,15 @@ def parse_ibv_devinfo(text: str) -> dict:
                 port["state_code"] = int(coded.group(2)) if coded else None
         else:
             hca[key] = _value(key, value)
-    return {"hcas": hcas, "unparsed": unparsed}
+    return {"hcas": hcas, "unparsed": unparsed, **extra}
 
 
 def diagnose_ibv_devinfo(parsed: dict, host: str | None = None) -> list[dict]:
     """Findings for ``parse_ibv_devinfo`` output of one host.
+
+    - FAIL ``ibv.no_provider`` when libibverbs found no user-space driver for the kernel's devices
+      and no HCA was listed (a container without the provider library: NCCL sees no IB device).
+    - WARN ``ibv.open_failed`` when devices could not be opened, with the HCAs that could (``usable``).
 
     - WARN ``ibv.port_not_active`` per port whose state is not PORT_ACTIVE.
     - WARN ``ibv.roce_mtu_capped`` per active RoCE (Ethernet link layer) port whose active_mtu
@@ -121,6 +148,26 @@ def diagnose_ibv_devinfo(parsed: dict, host: str | None = None) -> list[dict]:
       ``ROCE_NETDEV_MTU_FOR_4096``; smaller max_mtu values need max_mtu + 96).
     """
     out: list[dict] = []
+    subject = host or "host"
+    missing = parsed.get("no_provider") or []
+    if missing and not parsed.get("hcas"):
+        out.append(finding("ibv.no_provider", "FAIL", subject,
+                           f"libibverbs found no user-space driver for {len(missing)} RDMA device"
+                           f"{'s' if len(missing) > 1 else ''} the kernel exposes ({', '.join(missing[:3])}"
+                           f"{', ...' if len(missing) > 3 else ''}), so no verbs program sees an HCA "
+                           f"({parsed.get('found') if parsed.get('found') is not None else 'none'} found): NCCL falls "
+                           "back to sockets", "install the provider library matching the kernel driver (rdma-core's "
+                           "ibverbs-providers, or the OFED user space) in this host or image", host=host,
+                           devices=missing))
+    if parsed.get("open_failed"):
+        usable = [h["hca_id"] for h in parsed.get("hcas") or []]
+        out.append(finding("ibv.open_failed", "WARN", subject,
+                           f"{parsed['open_failed']} RDMA device(s) could not be opened here; usable: "
+                           f"{', '.join(usable) or 'none'}: in a container, only the devices mapped into it "
+                           "(/dev/infiniband) open",
+                           (f"name the usable ones to NCCL (NCCL_IB_HCA={','.join(usable)}) and to MPI" if usable else
+                            "map /dev/infiniband (the device plugin's devices) into the container"), host=host,
+                           usable=usable, failed=parsed["open_failed"]))
     for hca in parsed.get("hcas", []):
         for p in hca["ports"]:
             subject = hca["hca_id"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.ncclprep.parsers import finding
+from ansible.module_utils.ncclprep.parsers import finding, nccl_errors
 
 # Every pattern below runs on every line, also on hostile ones (a base64 line of 100 KB): each is
 # anchored so that it is tried only where a token starts (a look-behind), never at each character
@@ -71,7 +71,8 @@ IBV_WC_STATUS = {1: "IBV_WC_LOC_LEN_ERR", 2: "IBV_WC_LOC_QP_OP_ERR", 4: "IBV_WC_
                  13: "IBV_WC_RNR_RETRY_EXC_ERR", 19: "IBV_WC_FATAL_ERR", 20: "IBV_WC_RESP_TIMEOUT_ERR",
                  21: "IBV_WC_GENERAL_ERR"}
 #: Interface name prefixes of container and virtual networks, never a data-plane NIC.
-VIRTUAL_IFACE_PREFIXES = ("docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "vxlan", "tunl", "lo")
+VIRTUAL_IFACE_PREFIXES = ("docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "vxlan", "tunl", "lo",
+                          "ip6tnl", "sit", "gre", "ip6gre", "ip_vti", "ip6_vti")
 
 
 def _prefix(line: str) -> dict:
@@ -102,7 +103,8 @@ def parse_nccl_log(text: str) -> dict:
     "network": str | None, "ib_devices": [{"device", "port", "link_layer"}], "oob": {"interface",
     "address"} | None, "bootstrap": {"interface", "address"} | None, "gdr": [bool], "net_plugin":
     [what the NET/Plugin lines said], "ranks": [{"host", "pid", "comm", "comm_id" (None before NCCL
-    2.18), "rank", "nranks", "cuda_dev", "bus_id", "state": "START" | "COMPLETE"}], "unparsed": [lines]}``. Ranks and
+    2.18), "rank", "nranks", "cuda_dev", "bus_id", "state": "START" | "COMPLETE"}], "known_errors":
+    [nccl_errors.scan_nccl_errors rows], "unparsed": [lines]}``. Ranks and
     devices not printed in brackets are None. Lines that are only ``...`` or ``Last error:``
     are understood and skipped. Never raises.
     """
@@ -158,8 +160,9 @@ def parse_nccl_log(text: str) -> dict:
             out["socket_family_errors"].append(int(family.group(1)))
         elif error:
             out["errors"].append({"error": error.group(1), "message": error.group(2)})
-        elif not _NOISE_RE.search(stripped):
+        elif not _NOISE_RE.search(stripped) and not nccl_errors.covered(stripped):
             out["unparsed"].append(line)
+    out["known_errors"] = nccl_errors.scan_nccl_errors(text)
     return out
 
 
@@ -248,6 +251,12 @@ def _is_virtual(name: str) -> bool:
     return name.startswith(VIRTUAL_IFACE_PREFIXES)
 
 
+def _link_local(address: str) -> bool:
+    """IPv6 fe80::/10 or IPv4 169.254/16: valid on its link only (another host's packets never reach it)."""
+    a = address.lower()
+    return a.startswith(("fe8", "fe9", "fea", "feb", "169.254."))
+
+
 def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     """Findings for ``parse_nccl_log`` output.
 
@@ -256,6 +265,12 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       The remediation names the one real NIC when exactly one is listed (``suggested_ifname``).
       Source: NCCL's environment-variable docs, NCCL_SOCKET_IFNAME (a prefix list chooses the
       interfaces; ``^docker`` excludes, ``=eth0`` names one exactly).
+      Interfaces with only a link-local address (fe80::, 169.254/16) are named: no other host reaches
+      them (NVIDIA/nccl#529: ip6tnl0's fe80:: address, connects timed out); with no real NIC listed,
+      the one interface with a routable address is suggested.
+    - WARN ``nccl.socket_over_ipoib`` when every socket interface is IPoIB and NCCL runs on sockets
+      (NVIDIA/nccl-tests#188: make IB work rather than sockets over IPoIB); interfaces whose IPv4
+      addresses share their first three octets are named (ARP flux).
     - FAIL ``nccl.socket_ifname_missing`` when the log shows a socket address-family error: with
       NCCL_SOCKET_IFNAME set, that interface does not exist on the host (the family number is
       only a symptom of an unset address); subject is the interface.
@@ -265,6 +280,9 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       the maintainer's explanation in NVIDIA/nccl#426 (error 12 is a timeout; right away it means
       the NICs cannot talk over RoCE although the connection, not made over RoCE, was set up; the
       thread's fix was NCCL_IB_GID_INDEX=3) and NCCL's env docs on NCCL_IB_GID_INDEX.
+    - the findings of ``nccl_errors.diagnose_nccl_errors`` (NCCL messages with a known cause: a
+      duplicate GPU, /dev/shm too small, an RDMA device that cannot be opened, a bootstrap connect
+      that never completed, ...).
     - WARN ``nccl.warn`` for every other kind of WARN line (lines that differ only in their
       numbers are one kind), the first as printed with a count of the others (``count``,
       ``first``: the first line's message); at most MAX_WARN_KINDS kinds, then one finding
@@ -284,13 +302,34 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     names = list(dict.fromkeys(i["name"] for i in ifaces))
     virtual = [n for n in names if _is_virtual(n)]
     real = [n for n in names if not _is_virtual(n)]
+    address = {i["name"]: i["address"] for i in ifaces}
+    local = [n for n in names if _link_local(address.get(n) or "")]
     if virtual:
-        suggest = real[0] if len(real) == 1 else None
+        routable = [n for n in names if n not in local and not n.startswith("lo")]
+        suggest = real[0] if len(real) == 1 else routable[0] if len(routable) == 1 else None
+        unreachable = (f"; {', '.join(local)} ha{'ve' if len(local) > 1 else 's'} only a link-local address "
+                       f"({address[local[0]]}), which no other host reaches") if local else ""
         out.append(finding("nccl.socket_virtual_ifaces", "FAIL", subject_host,
                            f"NCCL's socket transport uses {len(virtual)} container/virtual interfaces "
-                           f"({', '.join(virtual)}) next to {', '.join(real) or 'no real NIC'}",
+                           f"({', '.join(virtual)}) next to {', '.join(real) or 'no real NIC'}{unreachable}",
                            f"set NCCL_SOCKET_IFNAME={suggest or '<data-plane NIC>'} (the data-plane NIC) on every "
-                           "node", host=host, virtual=virtual, real=real, suggested_ifname=suggest))
+                           "node", host=host, virtual=virtual, real=real, suggested_ifname=suggest, link_local=local))
+    ipoib = [n for n in names if n.startswith("ib")]
+    if ipoib and ipoib == names and (parsed.get("network") == "Socket" or
+                                     str((parsed.get("env") or {}).get("NCCL_IB_DISABLE")) == "1"):
+        nets = {}
+        for n in names:
+            a = address.get(n) or ""
+            if a.count(".") == 3:
+                nets.setdefault(a.rsplit(".", 1)[0], []).append(f"{n} {a}")
+        shared = next((v for v in nets.values() if len(v) > 1), None)
+        out.append(finding("nccl.socket_over_ipoib", "WARN", subject_host,
+                           f"NCCL runs its socket transport over IPoIB ({', '.join(names)}): the InfiniBand fabric "
+                           "without RDMA, several times slower than NET/IB"
+                           + (f"; {' and '.join(shared)} look like one subnet: replies may leave by either interface "
+                              "(ARP flux)" if shared else ""),
+                           "make NET/IB work (ibstat, ib_write_bw between the nodes; drop NCCL_IB_DISABLE=1); until "
+                           f"then keep one interface: NCCL_SOCKET_IFNAME={names[0]}", host=host, interfaces=names))
     ifname = parsed.get("env", {}).get("NCCL_SOCKET_IFNAME")
     for family in parsed.get("socket_family_errors", []):
         if ifname:
@@ -318,8 +357,9 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     # finding with a count, and at most MAX_WARN_KINDS of them are listed: a log of 20,000
     # WARN lines was 20,000 findings, each looked up in every line (review F14)
     kinds: dict[str, list[dict]] = {}
+    out += nccl_errors.diagnose_nccl_errors(parsed.get("known_errors") or [], host)
     for warn in parsed.get("warnings", []):
-        if not _IB_COMPLETION_RE.search(warn["message"]):
+        if not _IB_COMPLETION_RE.search(warn["message"]) and not nccl_errors.covered(warn["message"]):
             kinds.setdefault(_NUMBERS_RE.sub("#", warn["message"]), []).append(warn)
     for i, same in enumerate(kinds.values()):
         if i == MAX_WARN_KINDS:

@@ -27,7 +27,12 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.ncclprep.parsers import finding
+from ansible.module_utils.ncclprep.parsers import finding, nccl_errors
+from ansible.module_utils.ncclprep.parsers.torch_watchdog import (
+    diagnose_torch_watchdog,
+    is_watchdog_line,
+    parse_torch_watchdog,
+)
 
 _SIMILAR_RE = re.compile(r"\[(\d+) similar log lines\]")
 _CONFIG_START_RE = re.compile(r"Starting elastic_operator with launch configs:")
@@ -64,7 +69,9 @@ def parse_torch_dist(text: str) -> dict:
     ``similar`` is the ``[N similar log lines]`` count or None. Also ``"barrier_failures": [int ranks]``
     (monitoredBarrier, first seen first), ``"store_barrier": {"world_size", "joined", "timeout",
     "timed_out": bool} | None`` (the last store-based barrier line; ``joined`` is worker_count) and
-    ``"store_clients": {"joined", "expected", "timeout_s"} | None`` (TCPStore server). Never raises.
+    ``"store_clients": {"joined", "expected", "timeout_s"} | None`` (TCPStore server) and ``"watchdog"``:
+    the NCCL watchdog's timeouts and progress (``torch_watchdog.parse_torch_watchdog``) and
+    ``"nccl_errors"``: NCCL's messages with a known cause (``nccl_errors.scan_nccl_errors``). Never raises.
     """
     out: dict = {"launch_config": {}, "bind_failures": [], "connect_failures": [], "timeouts": [],
                  "resolve_failures": [], "exceptions": [], "barrier_failures": [], "store_barrier": None,
@@ -125,8 +132,10 @@ def parse_torch_dist(text: str) -> dict:
             found = True
             if name not in out["exceptions"]:
                 out["exceptions"].append(name)
-        if not found:
+        if not found and not is_watchdog_line(line):
             out["unparsed"].append(line)
+    out["watchdog"] = parse_torch_watchdog(text)
+    out["nccl_errors"] = nccl_errors.scan_nccl_errors(text)  # NCCL's "Last error:" inside DistBackendError
     return out
 
 
@@ -213,6 +222,8 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
                            "arrived", "check that every node started, resolves and reaches the master address and "
                            "port; the missing node's own log names its error", host=host, missing=None,
                            joined=clients["joined"], expected=clients["expected"]))
+    out += diagnose_torch_watchdog(parsed.get("watchdog") or {}, host)
+    out += nccl_errors.diagnose_nccl_errors(parsed.get("nccl_errors") or [], host)
     seen = set()
     for c in parsed["connect_failures"]:
         if c["host"] in unresolved or (c["host"], c["port"]) in seen:
