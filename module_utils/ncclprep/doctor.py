@@ -91,6 +91,7 @@ _SIGNATURES = [
     ("torch_dist", re.compile(r"failed to pass monitoredBarrier|store based barrier|waiting for clients\."), 3),
     ("torch_dist", re.compile(r"^\s+(?:rdzv_backend|rdzv_endpoint|nproc_per_node|min_nodes|max_nodes)\s*:", _M), 2),
     ("torch_dist", re.compile(r"\(errno: \d+ - "), 1),
+    ("torch_dist", re.compile(r"--master[_-]addr[= ]|\bdeepspeed\.launcher\b|\bMASTER_ADDR="), 3),
     ("topo", re.compile(r"^\s*GPU0\s+(?:GPU1|NIC0|mlx5_\d+|CPU Affinity)\b", _M), 3),
     ("topo", re.compile(r"\bCPU Affinity\b"), 3),
     ("topo", re.compile(r"^\s*GPU\d+\s+(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|OK|CNS|GNS|TNS|NS)\s", _M), 2),
@@ -155,7 +156,7 @@ _NAME_HINTS = {
     "netplan": ("netplan", ".yaml", ".yml"),
 }
 #: Kinds whose text often carries the other's lines (torchrun output with NCCL_DEBUG lines).
-_COMPANIONS = {"torch_dist": "nccl_log", "nccl_log": "torch_dist"}
+_COMPANIONS = {"torch_dist": ("nccl_log",), "nccl_log": ("torch_dist", "nccl_tests"), "nccl_tests": ("nccl_log",)}
 #: Score a companion kind needs to be read as well.
 COMPANION_SCORE = 4
 #: Characters of a long input's head and of its tail that kind detection reads (a kind's signature
@@ -329,7 +330,8 @@ def _iface_lines(lines: list[str], names) -> list[str]:
 
 
 _NCCL_ERROR_IDS = frozenset({"nccl.duplicate_gpu", "nccl.cuda_arch", "nccl.cuda_oom", "nccl.shm_too_small",
-                             "nccl.ib_open_failed", "nccl.ib_memlock", "nccl.no_verbs", "nccl.bootstrap_connect"})
+                             "nccl.ib_open_failed", "nccl.ib_memlock", "nccl.no_verbs", "nccl.bootstrap_connect",
+                             "nccl.loopback_closed"})
 
 
 def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
@@ -342,6 +344,8 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
         if len(virtual) > 3:
             out.append(f"... ({len(virtual) - 3} more container/virtual interfaces)")
         return out
+    if fid == "nccl.socket_loopback_only":
+        return _grep(lines, "NET/Socket : Using", limit=1)
     if fid == "nccl.socket_over_ipoib":
         return _union(_grep(lines, "NET/Socket : Using", limit=1), _grep(lines, "NCCL_IB_DISABLE", limit=1),
                       _grep(lines, "Using network Socket", limit=1))
@@ -369,7 +373,11 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
     if fid.startswith("nccl.rank") or fid == "nccl.ranks_not_logged":
         return _grep(lines, f"nranks {f.get('nranks')} ", limit=3)
     if fid == "torch.port_in_use":
+        if f.get("port") is None:
+            return _union(_grep(lines, "TCPStore(", limit=1), _grep(lines, "Address already in use", limit=1))
         return _grep(lines, f":{f.get('port')}", regex=re.compile(r"errno: 98|EADDRINUSE|port: \d+"))
+    if fid == "torch.master_addr_invalid":
+        return _grep(lines, str(f.get("master_addr")), limit=3)
     if fid == "torch.master_unresolvable":
         return _union(_grep(lines, f["subject"], "cannot be retrieved", limit=2), _grep(lines, f["subject"], limit=2))
     if fid in ("torch.rdzv_store_unreachable", "torch.connect_timeout"):
@@ -426,6 +434,11 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
     if fid in ("nccl_tests.healthy", "nccl_tests.low_busbw", "nccl_tests.peak_busbw"):
         peak = f.get("peak_busbw_gbps")
         return [_clip(ln) for ln in lines if peak is not None and f"{peak:.2f}" in ln.split()][:2]
+    if fid == "nccl_tests.independent_runs":
+        return _grep(lines, "Avg bus bandwidth", limit=4)
+    if fid == "nccl_tests.no_rows":
+        return _union(_grep(lines, regex=re.compile(r"nThread \d+ nGpus|bytes\s+N\s+type|size\s+count\s+type"),
+                            limit=2), _grep(lines, regex=re.compile(r"Rank\s+\d+\s.*device\s+\d+\s+\[0x"), limit=4))
     if fid == "nccl_tests.avg_busbw":
         return _grep(lines, "Avg bus bandwidth")
     if fid in ("topo.truncated", "topo.p2p_truncated"):
@@ -864,9 +877,9 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
         opts = {"line_rate_gbit_s": line_rate_gbit_s, "sysctl_intent": sysctl_intent, "cluster_cidrs": cluster_cidrs,
                 "roce_interfaces": roce_interfaces}
         kinds = [detected]
-        companion = _COMPANIONS.get(detected)
-        if kind is None and companion and _scores(text).get(companion, 0) >= COMPANION_SCORE:
-            kinds.append(companion)
+        if kind is None:
+            scores = _scores(text)
+            kinds += [c for c in _COMPANIONS.get(detected, ()) if scores.get(c, 0) >= COMPANION_SCORE]
         out = _result(name, detected, fallback_host, None, facts={})
         lines = text.splitlines()
         for k in kinds:

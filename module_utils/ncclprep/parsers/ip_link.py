@@ -77,10 +77,87 @@ def diagnose_ip_link(parsed: dict, host: str | None = None) -> list[dict]:
       whose state is DOWN; its MTU is not judged when it is one of IPOIB_NORMAL_MTUS.
     - INFO ``ip.ipoib_mtu`` for an IPoIB MTU outside IPOIB_NORMAL_MTUS (2044/4092 datagram, 65520
       connected), which suggests a hand-set value.
-    Other DOWN interfaces (unused Ethernet ports) give no finding.
+    - WARN ``ip.no_carrier`` per physical interface that is administratively up but has no carrier
+      (``NO-CARRIER``, state DOWN; ifconfig: UP without RUNNING): no cable, or the switch port or
+      transceiver is down. Container and virtual interfaces (docker0 without containers) are left out.
+    - INFO ``ip.bond_ports``: interfaces enslaved to a bond carry no address of their own; the bond
+      is the interface to name (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).
+    - WARN ``ip.same_subnet`` when two interfaces (bond ports and virtual ones left out) have IPv4
+      addresses in one subnet: Linux answers ARP for any local address on every interface and
+      routes replies by the first matching route (ARP flux; Linux ip-sysctl.rst, arp_ignore and
+      arp_announce), so a peer's traffic for one may arrive on, or leave by, the other.
+    - WARN ``ip.ifname_prefix`` when an interface with an IPv4 address is a name prefix of another
+      that has none (only link-local): NCCL_SOCKET_IFNAME is a prefix list, so naming the first
+      selects the second too (NVIDIA/nccl-tests#9; ``=name`` matches exactly, NCCL 2.4+).
+    - INFO ``ip.usable`` with any of the above: the physical interfaces up, with carrier and an
+      IPv4 address (``usable``), bond ports left out.
+    Other DOWN interfaces (administratively down Ethernet ports) give no finding.
     """
+    from ansible.module_utils.ncclprep.parsers.nccl_log import VIRTUAL_IFACE_PREFIXES
+
     out: list[dict] = []
-    for link in parsed.get("links", []):
+    links = parsed.get("links", [])
+    physical = [lk for lk in links if not str(lk["name"]).startswith(VIRTUAL_IFACE_PREFIXES)]
+    for link in physical:
+        if "UP" in link["flags"] and link["state"] == "DOWN" and not _is_ipoib(link):
+            out.append(finding("ip.no_carrier", "WARN", link["name"],
+                               f"{link['name']} is up but has no carrier: no cable, or its switch port or transceiver "
+                               "is down; no traffic can use it", f"check the cable and the switch port of "
+                               f"{link['name']} (ethtool {link['name']}: Link detected), or leave it out of "
+                               "NCCL_SOCKET_IFNAME", host=host))
+    ports: dict[str, list[str]] = {}
+    for link in links:
+        if link.get("master") or "SLAVE" in link["flags"]:
+            ports.setdefault(link.get("master") or "a bond", []).append(link["name"])
+    for bond, names in ports.items():
+        out.append(finding("ip.bond_ports", "INFO", bond,
+                           f"{', '.join(names)} {'are ports' if len(names) > 1 else 'is a port'} of {bond}: no address "
+                           f"of {'their' if len(names) > 1 else 'its'} own; the interface to use is {bond}",
+                           f"NCCL_SOCKET_IFNAME={bond} and GLOO_SOCKET_IFNAME={bond}", host=host, ports=names))
+    import ipaddress
+
+    nets: dict = {}
+    for link in physical:
+        if link.get("master") or "SLAVE" in link["flags"] or link["name"] == "lo":
+            continue
+        for a in link["addresses"]:
+            if a["family"] != "inet" or "/" not in a["address"]:
+                continue
+            try:
+                net = ipaddress.ip_interface(a["address"]).network
+            except ValueError:
+                continue
+            if net.prefixlen < 32:
+                nets.setdefault(net, []).append((link["name"], a["address"]))
+    for net, members in nets.items():
+        names = list(dict.fromkeys(n for n, _a in members))
+        if len(names) > 1:
+            shown = " and ".join(f"{n} ({a})" for n, a in members)
+            out.append(finding("ip.same_subnet", "WARN", ", ".join(names),
+                               f"{shown} are on one subnet {net}: Linux answers ARP for either address on both and "
+                               "sends replies by the first route (ARP flux), so traffic meant for one may use the "
+                               "other", "one interface per subnet, or net.ipv4.conf.all.arp_ignore=1 and "
+                               "arp_announce=2 (sysctl_tuning sets them) with a route per interface; name one "
+                               "interface to NCCL",
+                               host=host, subnet=str(net), interfaces=names))
+    v4 = {lk["name"] for lk in links if any(a["family"] == "inet" for a in lk["addresses"])}
+    for short in sorted(v4):
+        caught = [lk["name"] for lk in links if lk["name"] != short and str(lk["name"]).startswith(short)
+                  and lk["name"] not in v4]
+        if caught:
+            out.append(finding("ip.ifname_prefix", "WARN", short,
+                               f"NCCL_SOCKET_IFNAME={short} is a prefix: it also selects {', '.join(caught)}, which "
+                               "has no IPv4 address (link-local at most)", f"name it exactly: "
+                               f"NCCL_SOCKET_IFNAME=={short} (NCCL 2.4 and later), or exclude the others with ^",
+                               host=host, also=caught))
+    if out:  # with a port to leave out, say which ones can carry the job
+        usable = [lk["name"] for lk in physical if lk["name"] != "lo" and "UP" in lk["flags"]
+                  and lk["state"] != "DOWN" and not (lk.get("master") or "SLAVE" in lk["flags"])
+                  and any(a["family"] == "inet" for a in lk["addresses"])]
+        out.append(finding("ip.usable", "INFO", host or "host",
+                           f"interfaces with carrier and an IPv4 address: {', '.join(usable) or 'none in this text'}",
+                           "", host=host, usable=usable))
+    for link in links:
         if not _is_ipoib(link):
             continue
         if link["state"] == "DOWN":

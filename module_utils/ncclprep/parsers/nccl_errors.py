@@ -32,6 +32,9 @@ RULES = [
     # ibv_reg_mr under a small RLIMIT_MEMLOCK (a container's default 64 KiB)
     ("nccl.ib_memlock", "FAIL",
      re.compile(r"(?:Call to )?ibv_reg_mr(?:_iova2)? failed[^\n]*?(Cannot allocate memory)?")),
+    # socket.cc: a connection over loopback closed by this very host (NVIDIA/nccl-tests#217, one GPU)
+    ("nccl.loopback_closed", "FAIL",
+     re.compile(r"Connection closed by remote peer (localhost|127\.0\.0\.1|::1)\b")),
     # no libibverbs at all: no IB/RoCE transport, sockets between hosts (NVIDIA/nccl#444: not a cause)
     ("nccl.no_verbs", "INFO", re.compile(r"Failed to open libibverbs\.so")),
     # bootstrap.cc after socket.cc: the TCP connect to the root or a peer never completed
@@ -90,6 +93,8 @@ def diagnose_nccl_errors(found: list[dict], host: str | None = None) -> list[dic
     - FAIL ``nccl.ib_open_failed``: the verbs device is listed but cannot be opened, so NCCL falls
       back to sockets (NVIDIA/nccl#451; pytorch/pytorch#111424: /dev/infiniband into the container).
     - FAIL ``nccl.ib_memlock``: memory registration failed (RLIMIT_MEMLOCK too small).
+    - FAIL ``nccl.loopback_closed``: a TCP connection to localhost closed by the host itself
+      (NVIDIA/nccl-tests#217: a one-GPU run that fails so is not a GPU or fabric problem).
     - INFO ``nccl.no_verbs``: no libibverbs, so no IB/RoCE transport; a cause only between hosts
       that have RDMA NICs (NVIDIA/nccl#444: a red herring on one node).
     - FAIL ``nccl.bootstrap_connect``: the bootstrap's TCP connect to the root or a peer did not
@@ -143,6 +148,13 @@ def diagnose_nccl_errors(found: list[dict], host: str | None = None) -> list[dic
                                "locked-memory limit is too small", "raise RLIMIT_MEMLOCK to unlimited for the job "
                                "(ulimit -l; --ulimit memlock=-1 in a container; LimitMEMLOCK=infinity for a service)",
                                host=host))
+        elif r["id"] == "nccl.loopback_closed":
+            out.append(finding(r["id"], "FAIL", subject,
+                               f"a connection of NCCL to {g[0]} was closed by this host itself{times}: something on "
+                               "the host (a firewall, an endpoint-security agent, a socket limit) cuts local TCP "
+                               "connections; not the GPUs or the fabric", "check the host's firewall for rules on lo "
+                               "(nft list ruleset, iptables -S), security agents and ulimit -n; the same run on "
+                               "another host tells host from software", host=host, peer=g[0]))
         elif r["id"] == "nccl.no_verbs":
             out.append(finding(r["id"], "INFO", subject,
                                "NCCL found no libibverbs: no IB/RoCE transport, so sockets between hosts (inside one "

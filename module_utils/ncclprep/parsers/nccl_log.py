@@ -267,7 +267,8 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       interfaces; ``^docker`` excludes, ``=eth0`` names one exactly).
       Interfaces with only a link-local address (fe80::, 169.254/16) are named: no other host reaches
       them (NVIDIA/nccl#529: ip6tnl0's fe80:: address, connects timed out); with no real NIC listed,
-      the one interface with a routable address is suggested.
+      the one interface with a routable address is suggested. When lo is the only interface,
+      INFO ``nccl.socket_loopback_only`` instead (a one-host run).
     - WARN ``nccl.socket_over_ipoib`` when every socket interface is IPoIB and NCCL runs on sockets
       (NVIDIA/nccl-tests#188: make IB work rather than sockets over IPoIB); interfaces whose IPv4
       addresses share their first three octets are named (ARP flux).
@@ -304,7 +305,11 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     real = [n for n in names if not _is_virtual(n)]
     address = {i["name"]: i["address"] for i in ifaces}
     local = [n for n in names if _link_local(address.get(n) or "")]
-    if virtual:
+    if names == ["lo"]:
+        out.append(finding("nccl.socket_loopback_only", "INFO", subject_host,
+                           "NCCL's only socket interface is lo (127.0.0.1): fine inside one host, no other host can "
+                           "reach it", "on a multi-node job set NCCL_SOCKET_IFNAME to the data-plane NIC", host=host))
+    elif virtual:
         routable = [n for n in names if n not in local and not n.startswith("lo")]
         suggest = real[0] if len(real) == 1 else routable[0] if len(routable) == 1 else None
         unreachable = (f"; {', '.join(local)} ha{'ve' if len(local) > 1 else 's'} only a link-local address "

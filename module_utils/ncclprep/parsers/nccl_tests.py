@@ -21,6 +21,11 @@ _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)\s*$")
 _HALVES_RE = re.compile(r"^#.*out-of-place.*in-place")
 _COLUMNS_RE = re.compile(r"^#\s*size\s+count\s+type")
 _UNITS_RE = re.compile(r"^#\s*\(B\)\s+\(elements\)")
+#: ``#  Rank  0 Group  0 Pid   8756 on     node1 device  0 [0x01] NVIDIA GeForce GTX 1050 Ti`` (nccl-tests 2.x)
+#: and ``Rank  0 uses device  0 [0x05] Tesla M40 24GB`` (1.x); a leading ``#`` or ``>`` (a quote) is dropped.
+_DEVICE_RE = re.compile(r"^[#>]?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+on\s+(\S+)\s+)?(?:uses\s+)?"
+                        r"device\s+(\d+)\s+\[0x([0-9a-fA-F]+)\]\s*(.*?)\s*$")
+_OPTIONS_RE = re.compile(r"^[#>]?\s*nThread \d+ nGpus \d+|^[#>]?\s*Using devices\s*$")
 
 #: Share of the line rate that peak busbw must reach to count as healthy.
 HEALTHY_SHARE = 0.8
@@ -69,11 +74,14 @@ def parse_nccl_tests(text: str) -> dict:
     Returns ``{"rows": [{"size": bytes, "count": elements, "type", "redop", "root": int | None,
     "out_of_place": {"time_us", "algbw_gbps", "busbw_gbps", "wrong": int | None}, "in_place": {...}}],
     "has_header": bool, "elided": int (number of "..." rows), "out_of_bounds": int | None,
-    "out_of_bounds_ok": bool | None, "avg_busbw_gbps": float | None, "unparsed": [lines]}``.
-    Other ``#`` lines (device list, options) and anything else are returned unparsed. Never raises.
+    "out_of_bounds_ok": bool | None, "avg_busbw_gbps": float | None (the last), "avg_busbw_all": [every
+    "Avg bus bandwidth" figure, GB/s], "devices": [{"rank", "host" (None in 1.x), "device", "bus": PCI
+    bus number, "gpu": name}] (the "Using devices" list), "started": bool (the options line, the device
+    list or the table header was printed), "unparsed": [lines]}``. Other ``#`` lines and anything else
+    are returned unparsed; a header quoted with ``>`` reads as with ``#``. Never raises.
     """
     out: dict = {"rows": [], "has_header": False, "elided": 0, "out_of_bounds": None, "out_of_bounds_ok": None,
-                 "avg_busbw_gbps": None, "unparsed": []}
+                 "avg_busbw_gbps": None, "avg_busbw_all": [], "devices": [], "started": False, "unparsed": []}
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
@@ -81,6 +89,17 @@ def parse_nccl_tests(text: str) -> dict:
         if stripped == "...":
             out["elided"] += 1
             continue
+        dev = _DEVICE_RE.match(stripped)
+        if dev:
+            out["devices"].append({"rank": int(dev.group(1)), "host": dev.group(2), "device": int(dev.group(3)),
+                                   "bus": int(dev.group(4), 16), "gpu": dev.group(5) or None})
+            out["started"] = True
+            continue
+        if _OPTIONS_RE.match(stripped):
+            out["started"] = True
+            continue
+        if stripped.startswith(">"):  # a quoted header line
+            stripped = "#" + stripped[1:]
         row = _row(stripped) if not stripped.startswith("#") else None
         oob, avg = _OOB_RE.match(stripped), _AVG_RE.match(stripped)
         if row:
@@ -90,8 +109,10 @@ def parse_nccl_tests(text: str) -> dict:
             out["out_of_bounds_ok"] = (oob.group(2) == "OK") if oob.group(2) else None
         elif avg and _float(avg.group(1)) is not None:
             out["avg_busbw_gbps"] = float(avg.group(1))
+            out["avg_busbw_all"].append(float(avg.group(1)))
         elif _HALVES_RE.match(stripped) or _COLUMNS_RE.match(stripped) or _UNITS_RE.match(stripped):
             out["has_header"] = True
+            out["started"] = True
         else:
             out["unparsed"].append(line)
     return out
@@ -110,6 +131,12 @@ def diagnose_nccl_tests(parsed: dict, line_rate_gbit_s: float | None = None, hos
     NCCL uses (4 x 200 Gb/s -> 800); busbw is compared with ``line_rate_gbit_s / 8`` GB/s, as
     nccl-tests doc/PERFORMANCE.md says busbw is comparable with the hardware's bandwidth.
 
+    - FAIL ``nccl_tests.independent_runs`` when one output holds several "Avg bus bandwidth"
+      summaries: each process ran its own test (nccl-tests built without MPI=1 under mpirun:
+      NVIDIA/nccl-tests#27, #182).
+    - FAIL ``nccl_tests.no_rows`` when the test started (options, devices or header printed) and
+      printed no row or summary: it hung at the first size; GPUs of one host on several PCI buses
+      point at PCIe ACS or the IOMMU blocking peer-to-peer (NVIDIA/nccl#104 and #257).
     - FAIL ``nccl_tests.wrong_results`` when any row has ``#wrong`` > 0: data corruption; the finding
       lists ``wrong`` as ``[{"size", "out_of_place", "in_place"}]`` counts.
     - FAIL ``nccl_tests.out_of_bounds`` when the out-of-bounds count is above 0.
@@ -127,6 +154,40 @@ def diagnose_nccl_tests(parsed: dict, line_rate_gbit_s: float | None = None, hos
     """
     out: list[dict] = []
     subject = host or "host"
+    trailers = parsed.get("avg_busbw_all") or []
+    if len(trailers) > 1:
+        hosts = sorted({d["host"] for d in parsed.get("devices") or [] if d.get("host")})
+        out.append(finding("nccl_tests.independent_runs", "FAIL", subject,
+                           f"{len(trailers)} result summaries in one run (Avg bus bandwidth "
+                           f"{', '.join(f'{t:g}' for t in trailers)} GB/s): each process ran a test of its own"
+                           + (f" ({', '.join(hosts)})" if hosts else "") + ", so no figure crossed the network: "
+                           "nccl-tests was built without MPI support and mpirun started independent copies",
+                           "rebuild nccl-tests with MPI: make clean && make MPI=1 MPI_HOME=<your MPI>; one summary "
+                           "per run is the check", host=host, summaries=trailers))
+    if parsed.get("started") and not parsed["rows"] and not trailers and parsed.get("out_of_bounds") is None:
+        buses = sorted({d["bus"] for d in parsed.get("devices") or []})
+        roots = sorted({b >> 7 for b in buses})  # bus numbers 0x00-0x7f and 0x80-0xff: two root complexes
+        hosts = {d["host"] for d in parsed.get("devices") or []}
+        one_host = len(hosts) <= 1 and len(buses) > 1
+        models = list(dict.fromkeys(re.sub(r"^NVIDIA ", "", d["gpu"]) for d in parsed.get("devices") or []
+                                    if d.get("gpu")))
+        where = ""
+        if one_host and len(models) > 1:
+            where = (f"; its GPUs are of different models ({', '.join(models)}): CUDA has no peer-to-peer between "
+                     "them, so NCCL goes through host memory (SHM) and each GPU's PCIe link")
+            fix = ("run on GPUs of one model; check each GPU's PCIe link (nvidia-smi -q | grep -A3 'Link Width') and "
+                   "retry with NCCL_SHM_DISABLE=1 (NVIDIA/nccl-tests#131)")
+        elif one_host:
+            where = (f"; its {len(buses)} GPUs are on one host, on PCI buses {', '.join(f'0x{b:02x}' for b in buses)}"
+                     + (" (two root complexes)" if len(roots) > 1 else "")
+                     + ": peer-to-peer between them is blocked (PCIe ACS or the IOMMU)")
+            fix = ("check ACS (lspci -vvv | grep -i acsctl: every flag '-') and the IOMMU (boot with iommu=pt or "
+                   "intel_iommu=off); NCCL_P2P_DISABLE=1 only to confirm")
+        else:
+            fix = "rerun with NCCL_DEBUG=INFO and look at the last lines each rank printed"
+        out.append(finding("nccl_tests.no_rows", "FAIL", subject,
+                           "the test printed its header and no result row or summary: it hung at its first size (or "
+                           "the output is cut short)" + where, fix, host=host, buses=buses, models=models))
     wrong = [{"size": r["size"], "out_of_place": r["out_of_place"]["wrong"], "in_place": r["in_place"]["wrong"]}
              for r in parsed["rows"] if (r["out_of_place"]["wrong"] or 0) > 0 or (r["in_place"]["wrong"] or 0) > 0]
     if wrong:

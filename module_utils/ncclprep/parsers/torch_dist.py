@@ -48,6 +48,11 @@ _EXC_RE = re.compile(r"\b([A-Z]\w*(?:Error|Exception))\b:")
 _MONITORED_RE = re.compile(r"\bRanks? ((?:\d+,\s*)*\d+) failed to pass monitoredBarrier in (\d+) ms")
 _STORE_BARRIER_RE = re.compile(r"\b(Timed out initializing process group|Waiting) in store based barrier.*?"
                                r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([^,)\s]+)")
+#: A launcher's command line: ``--master_addr=10.0.0.1`` / ``--master_addr 10.0.0.1`` (torchrun, deepspeed);
+#: MASTER_ADDR=... in an environment dump.
+_MASTER_ADDR_RE = re.compile(r"(?:--master[_-]addr[= ]|\bMASTER_ADDR=)([^\s'\",;]+)")
+#: torch 1.x's TCPStore server bind failure: the message only (no port).
+_ADDR_IN_USE_RE = re.compile(r"^(?:RuntimeError|torch\.distributed\.DistNetworkError): Address already in use\s*$")
 _CLIENTS_RE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
 
 
@@ -70,12 +75,13 @@ def parse_torch_dist(text: str) -> dict:
     (monitoredBarrier, first seen first), ``"store_barrier": {"world_size", "joined", "timeout",
     "timed_out": bool} | None`` (the last store-based barrier line; ``joined`` is worker_count) and
     ``"store_clients": {"joined", "expected", "timeout_s"} | None`` (TCPStore server) and ``"watchdog"``:
+    ``"master_addrs"``: the master addresses a launcher's command line or environment gives, and
     the NCCL watchdog's timeouts and progress (``torch_watchdog.parse_torch_watchdog``) and
     ``"nccl_errors"``: NCCL's messages with a known cause (``nccl_errors.scan_nccl_errors``). Never raises.
     """
     out: dict = {"launch_config": {}, "bind_failures": [], "connect_failures": [], "timeouts": [],
                  "resolve_failures": [], "exceptions": [], "barrier_failures": [], "store_barrier": None,
-                 "store_clients": None, "unparsed": []}
+                 "store_clients": None, "master_addrs": [], "unparsed": []}
     in_config = False
     for line in text.splitlines():
         if not line.strip():
@@ -123,6 +129,14 @@ def parse_torch_dist(text: str) -> dict:
             timed_out = m.group(1) != "Waiting" or bool((out["store_barrier"] or {}).get("timed_out"))
             out["store_barrier"] = {"world_size": int(m.group(2)), "joined": int(m.group(3)), "timeout": m.group(4),
                                     "timed_out": timed_out}
+        for addr in _MASTER_ADDR_RE.findall(line):
+            found = True
+            if addr not in out["master_addrs"]:
+                out["master_addrs"].append(addr)
+        if _ADDR_IN_USE_RE.match(line.strip()):
+            found = True
+            out["bind_failures"].append({"host": None, "port": None, "errno": 98, "reason": "Address already in use",
+                                         "similar": count})
         m = _CLIENTS_RE.search(line)
         if m:
             found = True
@@ -139,6 +153,21 @@ def parse_torch_dist(text: str) -> dict:
     return out
 
 
+#: A host name or an address (IPv4, IPv6 in or out of brackets): what a master address must be.
+_HOSTLIKE_RE = re.compile(r"^(?:\[?[0-9A-Fa-f:.]+\]?|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)$")
+#: What a connect errno says about the path to the master (Linux errno(3)).
+_CONNECT_ERRNO = {
+    113: (": this node has no route to that address: it is on a network this node is not on (a launcher took the "
+          "master's first interface), or a firewall rejects with host-prohibited",
+          "set MASTER_ADDR (--master_addr, or the launcher's main process IP) to the master's address on the network "
+          "the nodes share; ip route get <addr> on this node shows the path"),
+    111: (": nothing listens there: the master's store is not up (yet), or the port is wrong",
+          "start the master first or raise the rendezvous timeout; check MASTER_PORT on every node"),
+    110: (": no answer: a firewall drops the packets or the address is wrong",
+          "open the port from every node to the master (the firewall role's rendezvous ports)"),
+}
+
+
 def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
     """Findings for ``parse_torch_dist`` output.
 
@@ -149,7 +178,13 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
     - FAIL ``torch.rdzv_store_unreachable`` per client timeout when the launch config uses the c10d
       rendezvous backend (no node hosted the store, or the port is blocked); without that config,
       FAIL ``torch.connect_timeout``.
-    - FAIL ``torch.connect_failed`` per other host and port that could not be connected to.
+    - FAIL ``torch.connect_failed`` per other host and port that could not be connected to, with what
+      the errno says (113 no route: the master's address on a network this node is not on,
+      huggingface/accelerate#2468 and microsoft/DeepSpeed#5136; 111 refused; 110 timed out).
+    - FAIL ``torch.port_in_use`` also for torch 1.x's ``RuntimeError: Address already in use`` from
+      the TCPStore (no port printed: MASTER_PORT; Lightning-AI/pytorch-lightning#401).
+    - FAIL ``torch.master_addr_invalid`` for a launcher's master address that is neither a host name
+      nor an address (huggingface/accelerate#2249: a .bashrc's echo taken as DeepSpeed's master_addr).
     - FAIL ``torch.ranks_missing`` when ranks did not arrive: the ranks monitoredBarrier names (rank 0
       reports each rank that did not reach the barrier in time: PyTorch docs, torch.distributed,
       "Debugging torch.distributed applications", monitored_barrier); or the store-based barrier of
@@ -162,11 +197,28 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
     """
     out: list[dict] = []
     subject = host or "host"
-    for port in sorted({b["port"] for b in parsed["bind_failures"] if b["errno"] == 98}):
+    for port in sorted({b["port"] for b in parsed["bind_failures"] if b["errno"] == 98},
+                       key=lambda p: (p is None, p or 0)):
+        if port is None:
+            out.append(finding("torch.port_in_use", "FAIL", subject,
+                               "the rendezvous store could not bind its port: Address already in use (another job on "
+                               "this host already holds MASTER_PORT, 29500 by default)",
+                               "give each concurrent job its own MASTER_PORT (--master_port), or let torchrun choose "
+                               "one (--rdzv-endpoint host:0 / --standalone)", host=host, port=None))
+            continue
         out.append(finding("torch.port_in_use", "FAIL", subject,
                            f"port {port} is already in use on this host (another job or a stale process)",
                            f"pick a free port (ss -ltnp 'sport = :{port}' shows the holder) or let torchrun "
                            "choose one (--standalone on a single node)", host=host, port=port))
+    for addr in parsed.get("master_addrs") or []:
+        if not _HOSTLIKE_RE.match(addr):
+            out.append(finding("torch.master_addr_invalid", "FAIL", addr,
+                               f"the master address is {addr!r}: not a host name or an address; a launcher that reads "
+                               "it from a remote command's output (DeepSpeed's runner: ssh <first host> hostname -I) "
+                               "took a line the remote shell's startup files printed",
+                               "make the shell quiet for non-interactive ssh (no echo in .bashrc before its "
+                               "interactive check) or give the master address explicitly (--master_addr)",
+                               host=host, master_addr=addr))
     unresolved = []
     for r in parsed["resolve_failures"]:
         if r["host"] not in unresolved:
@@ -229,10 +281,10 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
         if c["host"] in unresolved or (c["host"], c["port"]) in seen:
             continue
         seen.add((c["host"], c["port"]))
+        why, fix = _CONNECT_ERRNO.get(c["errno"], ("", "check the address, that the master listens, and the firewall"))
         out.append(finding("torch.connect_failed", "FAIL", f"{c['host']}:{c['port']}",
-                           f"cannot connect to {c['host']}:{c['port']} (errno {c['errno']} - {c['reason']})",
-                           "check the address, that the master listens, and the firewall", host=host,
-                           errno=c["errno"]))
+                           f"cannot connect to {c['host']}:{c['port']} (errno {c['errno']} - {c['reason']})" + why,
+                           fix, host=host, errno=c["errno"]))
     return out
 
 
