@@ -68,6 +68,7 @@ KINDS = {
     "ufw": "ufw status or ufw status verbose",
     "sysctl": "sysctl -a",
     "netplan": "netplan YAML, /etc/netplan/*.yaml",
+    "flight_recorder": "torch's flight recorder dumps, one per rank (TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_BUFFER_SIZE)",
 }
 #: Most evidence lines quoted per finding.
 MAX_EVIDENCE = 6
@@ -591,7 +592,7 @@ def _read_torch_dist(text: str, host: str | None, opts: dict) -> dict:
             notes.append("the traceback is cut short (it ends before its exception line)")
     return {"parsed": parsed, "read": read, "findings": diagnose_torch_dist(parsed, host),
             "unparsed": parsed["unparsed"], "host": host, "notes": notes,
-            "facts": {"torch_missing": parsed["barrier_failures"]}}
+            "facts": {"torch_missing": parsed["barrier_failures"], "watchdog": parsed["watchdog"]}}
 
 
 def _read_topo(text: str, host: str | None, opts: dict) -> dict:
@@ -869,6 +870,9 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
         text, cut = cut_long_lines(text)
         if kind is not None and kind not in KINDS:
             return _result(name, None, fallback_host, f"{name}: unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
+        if kind == "flight_recorder":  # binary: read from the files (diagnose_dumps), never as text
+            return _result(name, kind, fallback_host, f"{name}: flight recorder dumps are binary pickles: give the "
+                                                      "dump files themselves")
         detected = kind or detect_kind(text, name)
         if detected is None:
             return _result(name, None, fallback_host,
@@ -918,6 +922,51 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
         return _result(name, kind, fallback_host, f"{name}: could not be read ({type(exc).__name__}: {exc})")
 
 
+def diagnose_dumps(dumps: list[tuple[str, bytes]], host: str | None = None) -> dict:
+    """torch's flight recorder dumps (``[(file name, bytes)]``, one per rank) read together: one result
+    shaped as ``diagnose_text``'s, kind ``flight_recorder``. A dump refused (it names a class or
+    function, or is not a dump) is named in ``error`` and left out; the rank of each is the number
+    its file name ends with. Never raises."""
+    from ansible.module_utils.ncclprep.parsers import flight_recorder as fr
+
+    name = f"flight recorder ({len(dumps)} dump{'s' if len(dumps) != 1 else ''})"
+    out = _result(name, "flight_recorder", host, None, facts={})
+    loaded: dict[int, dict] = {}
+    errors = []
+    for path, data in dumps:
+        rank = fr.dump_rank(path)
+        try:
+            dump = fr.load_dump(data)
+        except fr.DumpRefused as exc:
+            errors.append(f"{path}: {exc}")
+            continue
+        if rank is None or rank in loaded:
+            errors.append(f"{path}: no rank at the end of its name (torch writes <prefix><rank>), or a second dump of "
+                          f"rank {rank}: left out")
+            continue
+        loaded[rank] = dump
+    if errors:
+        out["error"] = "; ".join(errors)
+    if not loaded:
+        return out
+    versions = sorted({str(d.get("version")) for d in loaded.values()})
+    out["read"].append(f"dumps of ranks {', '.join(map(str, sorted(loaded)))} (flight recorder version "
+                       f"{', '.join(versions)}), {sum(len(d['entries']) for d in loaded.values())} entries")
+    stuck = fr.analyze(loaded)
+    for g in stuck:
+        out["read"].append(f"process group {g['pg']}: last collective per rank "
+                           + ", ".join(f"{r}: #{s}" for r, s in sorted(g["last"].items())))
+    for f in fr.diagnose_flight_recorder(stuck, host):
+        f = dict(f)
+        f["evidence"] = [f"{path}: rank {fr.dump_rank(path)}" for path, _ in dumps
+                         if fr.dump_rank(path) in set(f.get("suspects") or []) | set(f.get("waiting") or [])][:6]
+        out["findings"].append(f)
+    if not stuck:
+        out["notes"].append("no collective is left uncompleted in these dumps: no rank was stuck when they were "
+                            "written")
+    return out
+
+
 # --- comparison ----------------------------------------------------------------------------------------
 
 #: sysctl keys compared between hosts: prefixes of the network keys NCCL/Gloo traffic depends on.
@@ -952,6 +1001,9 @@ def compare(results: list[dict]) -> list[dict]:
     - Ranks that never arrived: ``parsers.nccl_log.diagnose_nccl_ranks`` over the init lines of
       every NCCL log together (nranks says N, some rank indices never printed); ranks that torch
       output names as missing (monitoredBarrier) are added to its evidence.
+    - FAIL ``compare.collective_timeout`` when the NCCL watchdog's lines of two or more inputs (a
+      job's per-rank logs) read together name the collective the ranks wait in and the ranks behind
+      it or silent (``torch_watchdog.watchdog_census``; evidence: the file of each rank).
     Never raises.
     """
     try:
@@ -1019,6 +1071,49 @@ def _compare(results: list[dict]) -> list[dict]:
                          f"{', '.join(sources)}: ranks {_ranges(f['seen'])}"]
         f["evidence"] += [f"{src}: torch names rank(s) {', '.join(map(str, m))} as missing"
                           for src, m in torch_missing.items()]
+        out.append(f)
+    out += _compare_watchdog(ok, results)
+    return out
+
+
+#: A per-rank file's rank: ``rank3.log`` / ``rank_3.txt``, torchrun's ``<log-dir>/<run>/attempt_0/3/stderr.log``.
+_RANK_FILE_RE = re.compile(r"rank[_-]?(\d+)[^/]*$|/(\d+)/std(?:out|err)\.log$")
+
+
+def _compare_watchdog(ok: list[dict], everything: list[dict]) -> list[dict]:
+    """The NCCL watchdog's lines of every input read together (a job's per-rank logs): who waits in
+    which collective and who is behind, across the files (torch_watchdog.watchdog_census)."""
+    from ansible.module_utils.ncclprep.parsers.torch_watchdog import diagnose_torch_watchdog
+
+    per = [(r["source"], (r.get("facts") or {}).get("watchdog")) for r in ok]
+    per = [(src, w) for src, w in per if w and (w.get("timeouts") or w.get("progress"))]
+    if len(per) < 2 or not any(w.get("timeouts") for _src, w in per):
+        return []
+    # a rank's own file that holds no watchdog line (a rank stuck elsewhere prints none): its rank
+    # from the file name (rank3.log, torchrun's <log-dir>/.../attempt_0/3/stderr.log)
+    quiet = {}
+    for r in everything:
+        m = _RANK_FILE_RE.search(str(r["source"]).replace("\\", "/"))
+        if m and r["source"] not in {src for src, _w in per}:
+            quiet[int(m.group(1) or m.group(2))] = r["source"]
+    merged: dict = {"timeouts": [], "progress": [], "stuck": [], "taken_down": [], "ranks_seen": sorted(quiet)}
+    where: dict[int, str] = dict(quiet)
+    for src, w in per:
+        for key in ("timeouts", "progress"):
+            merged[key] += w.get(key) or []
+        merged["ranks_seen"] = sorted(set(merged["ranks_seen"]) | set(w.get("ranks_seen") or []))
+        for t in (w.get("timeouts") or []) + (w.get("progress") or []):
+            if t.get("rank") is not None:
+                where.setdefault(t["rank"], src)
+    out = []
+    for f in diagnose_torch_watchdog(merged):
+        if f["id"] != "torch.collective_timeout":
+            continue
+        f = dict(f, id="compare.collective_timeout", host=None)
+        f["message"] = f"across {len(per)} inputs: " + f["message"]
+        f["evidence"] = [f"rank {r} ({where[r]}): waits in work {f['seq']}" for r in f["waiting"] if r in where][:4]
+        f["evidence"] += [f"rank {r} ({where.get(r, 'no input of its own')}): to look at first"
+                          for r in f["suspects"][:2]]
         out.append(f)
     return out
 

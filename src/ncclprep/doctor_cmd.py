@@ -21,6 +21,7 @@ from ansible.module_utils.ncclprep.doctor import (
     as_json,
     compare,
     decode_input,
+    diagnose_dumps,
     diagnose_text,
     exit_status,
     render_text,
@@ -66,7 +67,8 @@ def build_parser(stream=None) -> argparse.ArgumentParser:
         epilog=f"kinds of input (found from the content; --kind forces one):\n{kinds}\n\n"
                "exit status: 0 no FAIL finding; 1 some FAIL finding; 2 usage error or an input that could not be "
                "read (missing file, unknown kind, binary or empty input).")
-    parser.add_argument("files", nargs="*", metavar="FILE", help="input files; '-' or none reads standard input")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="input files or folders (a job's debug folder: "
+                        "every file under it); '-' or none reads standard input")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON (schema_version 1)")
     parser.add_argument("--host", help="the host the input came from (when the text and the file name do not say)")
     parser.add_argument("--kind", choices=sorted(KINDS), metavar="KIND",
@@ -141,6 +143,50 @@ def _read(path: str, stdin) -> tuple[str | None, str | None, str | None]:
     return text, problem, note
 
 
+#: Files read from the folders given (a job's debug folder: per-rank logs, NCCL's, the dumps).
+MAX_DIR_FILES = 2000
+
+
+def _expand(paths: list[str]) -> tuple[list[tuple[str, bool]], int]:
+    """``paths`` with each folder replaced by the files under it (sorted, hidden ones left out):
+    ``([(path, came from a folder; None for a folder without files)], files left out past
+    MAX_DIR_FILES)``."""
+    out: list[tuple[str, bool]] = []
+    skipped = 0
+    for path in paths:
+        if path == "-" or not os.path.isdir(path):
+            out.append((path, False))
+            continue
+        found = []
+        for folder, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            found += [os.path.join(folder, f) for f in sorted(files) if not f.startswith(".")]
+        if not found:
+            out.append((path, None))  # an empty folder: said as such
+            continue
+        room = max(0, MAX_DIR_FILES - sum(1 for _p, d in out if d))
+        out += [(f, True) for f in found[:room]]
+        skipped += max(0, len(found) - room)
+    return out, skipped
+
+
+def _read_dump(path: str) -> bytes | None:
+    """A flight recorder dump's bytes, whole (they are refused past MAX_DUMP_BYTES), or None when
+    ``path`` is standard input, unreadable, or does not start as a pickle."""
+    from ansible.module_utils.ncclprep.parsers.flight_recorder import MAX_DUMP_BYTES, is_dump
+
+    if path == "-":
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(3)
+            if not is_dump(head):
+                return None
+            return head + fh.read(MAX_DUMP_BYTES)
+    except OSError:
+        return None
+
+
 def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
     """Run ``ncclprep doctor`` on ``argv`` (without the program and subcommand names); return the exit status.
 
@@ -157,16 +203,36 @@ def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
     try:
         intent = load_sysctl_intent()
         results = []
-        for path in args.files or ["-"]:
+        dumps = []
+        inputs, skipped = _expand(args.files or ["-"])
+        for path, in_dir in inputs:
             name = "<stdin>" if path == "-" else path
+            if in_dir is None:
+                results.append(diagnose_text("", name, args.host) | {"error": f"{name}: a folder with no file in it"})
+                continue
+            dump = _read_dump(path)
+            if dump is not None:
+                dumps.append((name, dump))
+                continue
             text, problem, note = _read(path, stdin)
             if problem:
                 results.append(diagnose_text("", name, args.host) | {"error": f"{name}: {problem}"})
                 continue
             results.append(diagnose_text(text, name, args.host, kind=args.kind, line_rate_gbit_s=args.line_rate,
                                          sysctl_intent=intent, cluster_cidrs=args.cluster_cidr))
+            if in_dir and results[-1]["kind"] is None and (results[-1]["error"] or "").startswith(
+                    f"{name}: not a kind of input"):
+                # a job folder holds other files too (the training's own output): not an error there
+                results[-1]["error"] = None
+                results[-1]["notes"].append("not a kind of input the doctor knows: only its name was used (a rank's "
+                                            "file that printed no error)")
             if note:
                 results[-1]["notes"].insert(0, note)
+        if skipped:
+            note = f"{skipped} more files in the folders were not read (at most {MAX_DIR_FILES})"
+            results.append(diagnose_text("", "(folders)", args.host) | {"error": None, "notes": [note]})
+        if dumps:
+            results.append(diagnose_dumps(dumps, args.host))
         comparisons = compare(results)
         if args.json:
             stdout.write(json.dumps(as_json(results, comparisons), indent=2) + "\n")
