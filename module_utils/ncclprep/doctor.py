@@ -377,6 +377,10 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
         if f.get("port") is None:
             return _union(_grep(lines, "TCPStore(", limit=1), _grep(lines, "Address already in use", limit=1))
         return _grep(lines, f":{f.get('port')}", regex=re.compile(r"errno: 98|EADDRINUSE|port: \d+"))
+    if fid == "torch.first_failure":
+        block = _block(lines, re.compile(r"Root Cause \(first observed failure\)"), re.compile(r"^=+\s*$"))
+        return _union(block[:1], _pick([ln.strip() for ln in block], ("host", "rank", "exitcode", "traceback"))) or \
+            _grep(lines, "failed (exitcode:", limit=2)
     if fid == "torch.master_addr_invalid":
         return _grep(lines, str(f.get("master_addr")), limit=3)
     if fid == "torch.master_unresolvable":

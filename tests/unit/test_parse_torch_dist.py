@@ -64,3 +64,19 @@ def test_torch2_listen_failure_is_a_port_in_use():
     findings = diagnose_torch_dist(parsed, host="node1")
     assert [f["id"] for f in findings] == ["torch.port_in_use"]
     assert "port 29510 is already in use" in findings[0]["message"]
+
+
+def test_the_first_failure_and_what_its_exit_code_says():
+    """torchrun's agent line alone (the table cut off, as pasted in lmzpai/roboMamba#10): local rank 5
+    killed by SIGKILL, most often the OOM killer; with the table, its Root Cause entry wins."""
+    agent = ("E0325 20:57:27.620000 2606 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] failed "
+             "(exitcode: -9) local_rank: 5 (pid: 2630) of binary: /root/miniconda3/bin/python\n")
+    parsed = parse_torch_dist(agent)
+    assert parsed["worker_failures"] == [{"exitcode": -9, "local_rank": 5, "pid": 2630}]
+    [f] = [f for f in diagnose_torch_dist(parsed) if f["id"] == "torch.first_failure"]
+    assert f["subject"] == "local rank 5 (pid 2630)" and f["exitcode"] == -9 and "OOM killer" in f["message"]
+    table = agent + ("Root Cause (first observed failure):\n[0]:\n  time      : 2025-03-25_20:57:27\n"
+                     "  host      : node1\n  rank      : 13 (local_rank: 5)\n  exitcode  : -6 (pid: 2630)\n")
+    [f] = [f for f in diagnose_torch_dist(parse_torch_dist(table)) if f["id"] == "torch.first_failure"]
+    assert (f["subject"], f["rank"], f["exitcode"]) == ("rank 13 (local rank 5)", 13, -6)
+    assert "watchdog" in f["message"]

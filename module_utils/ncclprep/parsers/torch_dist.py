@@ -53,6 +53,28 @@ _STORE_BARRIER_RE = re.compile(r"\b(Timed out initializing process group|Waiting
 _MASTER_ADDR_RE = re.compile(r"(?:--master[_-]addr[= ]|\bMASTER_ADDR=)([^\s'\",;]+)")
 #: torch 1.x's TCPStore server bind failure: the message only (no port).
 _ADDR_IN_USE_RE = re.compile(r"^(?:RuntimeError|torch\.distributed\.DistNetworkError): Address already in use\s*$")
+#: torchrun's ChildFailedError table (torch/distributed/elastic/multiprocessing/errors): the
+#: "Root Cause (first observed failure):" entry's ``time``, ``host``, ``rank : 3 (local_rank: 3)``,
+#: ``exitcode : -9 (pid: 6774)``; and the agent's ``failed (exitcode: -9) local_rank: 0 (pid: 1322)``.
+_ROOT_CAUSE_RE = re.compile(r"Root Cause \(first observed failure\):")
+_FIELD_LINE_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
+_AGENT_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+#: What a worker's exit code says (a negative one is the signal that ended it: Linux signal(7)).
+EXIT_MEANING = {
+    -9: ("SIGKILL: killed from outside, most often by the kernel's OOM killer (host memory)",
+         "dmesg -T | grep -i -e oom -e killed on that host; fewer DataLoader workers, a smaller batch or more host "
+         "memory; a scheduler's memory limit kills the same way"),
+    -6: ("SIGABRT: the process aborted itself, as torch's NCCL watchdog does after a collective timeout or an NCCL "
+         "error", "read that rank's log above the abort (the watchdog's timeout or NCCL's error names the cause)"),
+    -11: ("SIGSEGV: a crash in native code (a CUDA/NCCL library, an extension, a driver)",
+          "run that rank with TORCH_SHOW_CPP_STACKTRACES=1 (or under gdb) and check the driver and library versions"),
+    -7: ("SIGBUS: a memory-mapped file or /dev/shm ran out (a container's small /dev/shm)",
+         "give the job a larger /dev/shm (--shm-size) and check the disk of mapped files"),
+    -15: ("SIGTERM: stopped from outside (the launcher, after another rank failed, or the scheduler)",
+          "this rank was ended because of another: look for the first rank that failed"),
+    1: ("a Python exception in the worker: its traceback is in the rank's own log (or error_file)",
+        "read that rank's traceback; @record on main() writes it to error_file"),
+}
 _CLIENTS_RE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
 
 
@@ -75,15 +97,35 @@ def parse_torch_dist(text: str) -> dict:
     (monitoredBarrier, first seen first), ``"store_barrier": {"world_size", "joined", "timeout",
     "timed_out": bool} | None`` (the last store-based barrier line; ``joined`` is worker_count) and
     ``"store_clients": {"joined", "expected", "timeout_s"} | None`` (TCPStore server) and ``"watchdog"``:
-    ``"master_addrs"``: the master addresses a launcher's command line or environment gives, and
+    ``"master_addrs"``: the master addresses a launcher's command line or environment gives,
+    ``"first_failure"``: torchrun's "Root Cause (first observed failure)" entry as printed
+    (``{"time", "host", "rank", "exitcode", "error_file", "traceback"}`` strings) or None,
+    ``"worker_failures"``: ``[{"exitcode", "local_rank", "pid"}]`` from the agent's lines, and
     the NCCL watchdog's timeouts and progress (``torch_watchdog.parse_torch_watchdog``) and
     ``"nccl_errors"``: NCCL's messages with a known cause (``nccl_errors.scan_nccl_errors``). Never raises.
     """
     out: dict = {"launch_config": {}, "bind_failures": [], "connect_failures": [], "timeouts": [],
                  "resolve_failures": [], "exceptions": [], "barrier_failures": [], "store_barrier": None,
-                 "store_clients": None, "master_addrs": [], "unparsed": []}
+                 "store_clients": None, "master_addrs": [], "first_failure": None, "worker_failures": [],
+                 "unparsed": []}
     in_config = False
+    root: dict | None = None
     for line in text.splitlines():
+        if _ROOT_CAUSE_RE.search(line):
+            root = out["first_failure"] = {}
+            continue
+        if root is not None:
+            field = _FIELD_LINE_RE.match(line)
+            if field:
+                root[field.group(1)] = field.group(2)
+                continue
+            if re.match(r"^\s*\[\d+\]:\s*$", line):
+                continue
+            root = None
+        m = _AGENT_FAILED_RE.search(line)
+        if m:
+            out["worker_failures"].append({"exitcode": int(m.group(1)), "local_rank": int(m.group(2)),
+                                           "pid": int(m.group(3))})
         if not line.strip():
             in_config = False
             continue
@@ -168,6 +210,25 @@ _CONNECT_ERRNO = {
 }
 
 
+def _first_failure(first: dict | None, workers: list[dict], host: str | None) -> dict:
+    """FAIL ``torch.first_failure``: the first rank torchrun saw fail, its host, time and exit code."""
+    if first:
+        rank = re.match(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?", first.get("rank") or "")
+        code = re.match(r"(-?\d+)", first.get("exitcode") or "")
+        exitcode = int(code.group(1)) if code else None
+        who = (f"rank {rank.group(1)}" + (f" (local rank {rank.group(2)})" if rank.group(2) else "")) if rank else \
+            "a rank"
+        where = (f" on {first['host']}" if first.get("host") else "") + (f" at {first['time']}" if first.get("time")
+                                                                          else "")
+    else:
+        w = workers[0]
+        exitcode, who, where, rank = w["exitcode"], f"local rank {w['local_rank']} (pid {w['pid']})", "", None
+    meaning, fix = EXIT_MEANING.get(exitcode, ("", "read that rank's own log"))
+    return finding("torch.first_failure", "FAIL", who, f"torchrun's first failure: {who}{where}, exit code {exitcode}"
+                   + (f" ({meaning})" if meaning else ""), fix, host=host, exitcode=exitcode,
+                   rank=int(rank.group(1)) if rank else None)
+
+
 def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
     """Findings for ``parse_torch_dist`` output.
 
@@ -183,6 +244,10 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
       huggingface/accelerate#2468 and microsoft/DeepSpeed#5136; 111 refused; 110 timed out).
     - FAIL ``torch.port_in_use`` also for torch 1.x's ``RuntimeError: Address already in use`` from
       the TCPStore (no port printed: MASTER_PORT; Lightning-AI/pytorch-lightning#401).
+    - FAIL ``torch.first_failure``: torchrun's "Root Cause (first observed failure)" (else the agent's
+      first ``failed (exitcode: N) local_rank: L``): the rank, host, time and what its exit code says
+      (EXIT_MEANING: -9 the OOM killer, -6 the watchdog's abort, -11 a native crash, 1 a Python
+      exception).
     - FAIL ``torch.master_addr_invalid`` for a launcher's master address that is neither a host name
       nor an address (huggingface/accelerate#2249: a .bashrc's echo taken as DeepSpeed's master_addr).
     - FAIL ``torch.ranks_missing`` when ranks did not arrive: the ranks monitoredBarrier names (rank 0
@@ -274,6 +339,9 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
                            "arrived", "check that every node started, resolves and reaches the master address and "
                            "port; the missing node's own log names its error", host=host, missing=None,
                            joined=clients["joined"], expected=clients["expected"]))
+    first = parsed.get("first_failure")
+    if first or parsed.get("worker_failures"):
+        out.append(_first_failure(first, parsed.get("worker_failures") or [], host))
     out += diagnose_torch_watchdog(parsed.get("watchdog") or {}, host)
     out += nccl_errors.diagnose_nccl_errors(parsed.get("nccl_errors") or [], host)
     seen = set()
