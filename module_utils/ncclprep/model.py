@@ -225,9 +225,18 @@ def intent_of(record: Mapping[str, Any] | None, concern: str) -> Any:
 
 
 def explain(text: str | None, host: str) -> dict | None:
-    """First torch.distributed finding (port in use, unresolvable master, ...) in an error or
-    log text, as ``{message, remediation, ...}`` (parsers/torch_dist.py), or None."""
-    findings = diagnose_torch_dist(parse_torch_dist(text or ""), host=host)
+    """The doctor's first FAIL finding (else WARN) in an error or a job's log text, as
+    ``{message, remediation, evidence, ...}``: the same reading as ``ncclprep doctor`` (a torch
+    error, the NCCL watchdog, an NCCL error with a known cause, ...); a torch.distributed reading
+    (parsers/torch_dist.py) when the text is of no kind the doctor knows; None when nothing is found."""
+    from ansible.module_utils.ncclprep.doctor import diagnose_text
+
+    if not text or not text.strip():
+        return None
+    result = diagnose_text(text, "job output", host)
+    findings = [f for sev in ("FAIL", "WARN") for f in result["findings"] if f["severity"] == sev]
+    if not findings and result["kind"] is None:
+        findings = diagnose_torch_dist(parse_torch_dist(text), host=host)
     return findings[0] if findings else None
 
 

@@ -894,3 +894,19 @@ def test_a_debugging_class_nccl_variable_in_the_launch_environment_is_a_warning(
                              "node3": ["NCCL_PROTO=LL128 (/etc/nccl.conf)"]}
     assert "should generally not be set for production code" in c["message"]
     assert "ncclprep tune --nccl-tuner" in c["remediation"]
+
+
+def test_smoke_failure_reads_its_log_as_the_doctor_does():
+    """Issue 27 item 5: the smoke job's log read by the doctor's rules: an NCCL error with a known
+    cause inside torch's DistBackendError (tests/fixtures/doctor: /dev/shm too small,
+    pytorch/torchtitan#853) is the check's message and remediation, with the lines that show it."""
+    with open(os.path.join(ncclprep.REPO_ROOT, "tests", "fixtures", "doctor", "nccl_log",
+                           "nccl2215-shm-segment-dev-shm-16mb.txt"),
+              encoding="utf-8") as fh:
+        tail = fh.read().splitlines()
+    rec = healthy()
+    rec["node2"]["smoke"] = {"status": "FAIL", "error": "torchrun exited with code 1", "workers": [], "log_tail": tail}
+    c = by_id(evaluate(rec, HOSTS))["torchrun.smoke"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
+    assert "node2: NCCL could not create its shared-memory segment /dev/shm/nccl-1YsMbG" in c["message"]
+    assert "--shm-size=1g" in c["remediation"]
