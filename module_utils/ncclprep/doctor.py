@@ -35,6 +35,7 @@ from ansible.module_utils.ncclprep.parsers.ibstat import (
 from ansible.module_utils.ncclprep.parsers.ibv_devinfo import diagnose_ibv_devinfo, parse_ibv_devinfo
 from ansible.module_utils.ncclprep.parsers.ifconfig import parse_ifconfig
 from ansible.module_utils.ncclprep.parsers.ip_link import diagnose_ip_link, parse_ip_link
+from ansible.module_utils.ncclprep.parsers.nccl_errors import RULES as NCCL_ERROR_RULES
 from ansible.module_utils.ncclprep.parsers.nccl_log import (
     VIRTUAL_IFACE_PREFIXES,
     _ranges,
@@ -330,9 +331,7 @@ def _iface_lines(lines: list[str], names) -> list[str]:
     return [ln for ln in lines if "]" in ln and regex.search(ln)]
 
 
-_NCCL_ERROR_IDS = frozenset({"nccl.duplicate_gpu", "nccl.cuda_arch", "nccl.cuda_oom", "nccl.shm_too_small",
-                             "nccl.ib_open_failed", "nccl.ib_memlock", "nccl.no_verbs", "nccl.bootstrap_connect",
-                             "nccl.loopback_closed"})
+_NCCL_ERROR_IDS = frozenset(rid for rid, _severity, _regex in NCCL_ERROR_RULES)
 
 
 def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
@@ -356,10 +355,8 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
         return _grep(lines, "completion", regex=re.compile(rf"(?:error |status=(?:\w+\()?){f.get('error')}\b"))
     if fid == "nccl.warn":
         return _grep(lines, f["first"][:80]) if f.get("first") else []
-    if f.get("lines") is None and fid in _NCCL_ERROR_IDS:
-        from ansible.module_utils.ncclprep.parsers.nccl_errors import RULES
-
-        regex = next(r for i, _s, r in RULES if i == fid)
+    if fid in _NCCL_ERROR_IDS:
+        regex = next(r for i, _s, r in NCCL_ERROR_RULES if i == fid)
         out = _grep(lines, regex=regex, limit=3)
         if fid == "nccl.ib_open_failed":
             out = _union(out, _grep(lines, regex=re.compile(r"NET/IB : No device found|Using network Socket"), limit=2))

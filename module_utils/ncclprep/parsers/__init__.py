@@ -60,6 +60,26 @@ def finding(fid: str, severity: str, subject: str, message: str, remediation: st
     return out
 
 
+def number_ranges(numbers) -> str:
+    """``[0, 1, 2, 5, 8, 9]`` -> ``"0-2, 5, 8-9"`` (each number once, sorted)."""
+    nums = sorted(set(numbers))
+    parts: list[str] = []
+    start = prev = None
+    for n in nums + [None]:
+        if start is not None and (n is None or n != prev + 1):
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return ", ".join(parts)
+
+
+def rank_list(ranks) -> str:
+    """``[3]`` -> ``"rank 3"``, ``[0, 1, 5]`` -> ``"ranks 0-1, 5"``."""
+    return f"rank{'s' if len(set(ranks)) > 1 else ''} {number_ranges(ranks)}"
+
+
 def unknown_priority_map() -> dict:
     """``{0: None, ..., 7: None}``: a priority map of which nothing could be read."""
     return {p: None for p in PRIORITIES}

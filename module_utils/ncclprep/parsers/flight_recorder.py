@@ -30,7 +30,7 @@ import os
 import pickle
 import re
 
-from ansible.module_utils.ncclprep.parsers import finding
+from ansible.module_utils.ncclprep.parsers import finding, rank_list
 
 #: The largest dump read (bytes): a ring of 2,000 entries with stack frames is a few MB.
 MAX_DUMP_BYTES = 256 * 1024 * 1024
@@ -156,12 +156,6 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
     return out
 
 
-def _ranks(numbers) -> str:
-    nums = sorted(set(numbers))
-    return ", ".join(map(str, nums)) if len(nums) < 3 or nums != list(range(nums[0], nums[-1] + 1)) else \
-        f"{nums[0]}-{nums[-1]}"
-
-
 def diagnose_flight_recorder(stuck: list[dict], host: str | None = None) -> list[dict]:
     """Findings for ``analyze`` output.
 
@@ -175,31 +169,28 @@ def diagnose_flight_recorder(stuck: list[dict], host: str | None = None) -> list
     for g in stuck:
         where = f"process group {g['pg']}" + (f" ({g['desc']})" if g["desc"] else "")
         what = f"collective #{g['seq']} ({g['op']}, input sizes {g['sizes']}) of {where}"
-        msg = f"{what}: rank{'s' if len(g['waiting']) > 1 else ''} {_ranks(g['waiting'])} entered it and wait"
+        msg = f"{what}: {rank_list(g['waiting'])} entered it and wait"
         if g["done"]:
-            msg += f"; rank{'s' if len(g['done']) > 1 else ''} {_ranks(g['done'])} completed it"
+            msg += f"; {rank_list(g['done'])} completed it"
         suspects = sorted(g["behind"]) or list(g["no_dump"])
         parts = []
         for r, last in sorted(g["behind"].items()):
             parts.append(f"rank {r} never reached it (its last collective: #{last[0]} {last[1]})" if last else
                          f"rank {r} never reached it (no collective of this group in its dump)")
         if g["no_dump"]:
-            parts.append(f"rank{'s' if len(g['no_dump']) > 1 else ''} {_ranks(g['no_dump'])} left no dump (stopped, "
-                         "dead, or it could not write one)")
+            parts.append(f"{rank_list(g['no_dump'])} left no dump (stopped, dead, or it could not write one)")
         if parts:
             msg += "; " + "; ".join(parts)
         elif not g["done"]:
             msg += "; every member entered it: the hang is inside the collective (the network or a GPU)"
         first = f"rank {suspects[0]}" if suspects else "the network between the members"
-        out.append(finding("fr.stuck_collective", "FAIL", f"rank{'s' if len(suspects) > 1 else ''} "
-                           f"{_ranks(suspects)}" if suspects else where, msg,
+        out.append(finding("fr.stuck_collective", "FAIL", rank_list(suspects) if suspects else where, msg,
                            f"look at {first} first: its own log, its process (py-spy dump; a stopped process "
                            "shows state T in ps), its node (ncclprep node check)", host=host, pg=g["pg"], seq=g["seq"],
                            op=g["op"], waiting=g["waiting"], suspects=suspects, no_dump=g["no_dump"]))
         if g["mismatch"]:
             shown = "; ".join(f"rank {r}: {op} {sizes}" for r, (op, sizes) in sorted(g["mismatch"].items()))
-            out.append(finding("fr.mismatch", "FAIL", f"rank{'s' if len(g['mismatch']) > 1 else ''} "
-                               f"{_ranks(g['mismatch'])}",
+            out.append(finding("fr.mismatch", "FAIL", rank_list(g["mismatch"]),
                                f"at collective #{g['seq']} of {where} ranks issue different collectives: "
                                f"{g['op']} {g['sizes']} on rank {g['waiting'][0]}, {shown}",
                                "the ranks' code paths differ (a condition on the rank, uneven data): every rank must "

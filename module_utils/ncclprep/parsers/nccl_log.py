@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.ncclprep.parsers import finding, nccl_errors
+from ansible.module_utils.ncclprep.parsers import finding, nccl_errors, number_ranges
 
 # Every pattern below runs on every line, also on hostile ones (a base64 line of 100 KB): each is
 # anchored so that it is tried only where a token starts (a look-behind), never at each character
@@ -397,19 +397,7 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     return out
 
 
-def _ranges(numbers) -> str:
-    """``[0, 1, 2, 5, 8, 9]`` -> ``"0-2, 5, 8-9"``."""
-    nums = sorted(set(numbers))
-    parts: list[str] = []
-    start = prev = None
-    for n in nums + [None]:
-        if start is not None and (n is None or n != prev + 1):
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = None
-        if n is not None and start is None:
-            start = n
-        prev = n
-    return ", ".join(parts)
+_ranges = number_ranges  # the name the doctor imports
 
 
 def rank_census(ranks: list[dict]) -> list[dict]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.ncclprep.parsers import finding
+from ansible.module_utils.ncclprep.parsers import finding, rank_list
 
 _WATCHDOG_RE = re.compile(r"\[(?:PG[^\]]*?\s)?Rank\s*(\d+)\]\s*Watchdog\s*caught\s*collective\s*operation\s*timeout:\s*"
                           r"WorkNCCL\(([^\[\]]*?)\)\s*ran\s*for\s*(\d+)\s*milliseconds")
@@ -197,19 +197,6 @@ def parse_torch_watchdog(text: str) -> dict:
     return out
 
 
-def _ranges(numbers) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
-    nums = sorted(set(numbers))
-    parts, start = [], None
-    for i, n in enumerate(nums):
-        if start is None:
-            start = n
-        if i + 1 == len(nums) or nums[i + 1] != n + 1:
-            parts.append(str(start) if start == n else f"{start}-{n}")
-            start = None
-    return ", ".join(parts)
-
-
 def _group_key(row: dict):
     """The process group a row is in: its GUID (unique across ranks), else its id, else None (unnamed)."""
     if row.get("pg_guid") is not None:
@@ -292,10 +279,6 @@ def watchdog_census(parsed: dict) -> dict | None:
             "late": late}
 
 
-def _plural(ranks) -> str:
-    return f"rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}"
-
-
 def diagnose_torch_watchdog(parsed: dict, host: str | None = None) -> list[dict]:
     """Findings for ``parse_torch_watchdog`` output.
 
@@ -314,8 +297,8 @@ def diagnose_torch_watchdog(parsed: dict, host: str | None = None) -> list[dict]
         work = f"work {census['seq']}" if census["seq"] is not None else "a collective"
         group = f", process group {census['pg']}" if census["pg"] is not None else ""
         waiting = census["waiting"]
-        msg = (f"NCCL watchdog timeout: {_plural(waiting)} waited in {census['op'] or 'a collective'} ({work}{group}) "
-               f"for {census['ran_ms']} ms (timeout {census['timeout_ms']} ms)")
+        msg = (f"NCCL watchdog timeout: {rank_list(waiting)} waited in {census['op'] or 'a collective'} "
+               f"({work}{group}) for {census['ran_ms']} ms (timeout {census['timeout_ms']} ms)")
         if census["behind"]:
             suspects = sorted(census["behind"])
             msg += "; behind: " + "; ".join(f"rank {r} ({why})" for r, why in sorted(census["behind"].items()))
@@ -323,18 +306,18 @@ def diagnose_torch_watchdog(parsed: dict, host: str | None = None) -> list[dict]
             suspects = sorted(census["ahead"])
             at = ", ".join(f"rank {r} at work {s}" for r, s in sorted(census["ahead"].items()))
             if census["group_named"]:
-                msg += (f"; {at}: a desync, {_plural(suspects)} issued collectives the others did not (a code path "
+                msg += (f"; {at}: a desync, {rank_list(suspects)} issued collectives the others did not (a code path "
                         "only some ranks take)")
             else:
                 msg += (f"; {at}: the works differ and the text does not name their process groups: within one "
                         "group it is a desync, else compare each group's ranks")
         elif census["silent"]:
             suspects = census["silent"]
-            msg += (f"; {_plural(suspects)} printed no timeout: never launched it (stuck before it, finished, or "
+            msg += (f"; {rank_list(suspects)} printed no timeout: never launched it (stuck before it, finished, or "
                     "issued another collective), or its lines are not here")
         elif census["unseen"]:
             suspects = census["unseen"]
-            msg += f"; {_plural(suspects)} not in this text: the one that never launched it is among them"
+            msg += f"; {rank_list(suspects)} not in this text: the one that never launched it is among them"
         else:
             suspects = []
             msg += "; every rank in this text waits: the rank that never launched it is in another log"
@@ -344,12 +327,12 @@ def diagnose_torch_watchdog(parsed: dict, host: str | None = None) -> list[dict]
         if census["late"] and census["timeout_ms"]:
             msg += (f"; reported {census['ran_ms'] / census['timeout_ms']:.0f}x its timeout late: the process itself "
                     "was stalled (host side), not only the collective")
-        first = f"rank {suspects[0]}" if len(suspects) == 1 else _plural(suspects) if suspects else \
+        first = f"rank {suspects[0]}" if len(suspects) == 1 else rank_list(suspects) if suspects else \
             "the rank missing from these lines"
         remedy = (f"read the log of {first} first (a crash, an exception, a data-loader stall, uneven batches or a "
                   "code path only some ranks take) and py-spy dump its process; TORCH_NCCL_DUMP_ON_TIMEOUT=1 writes "
                   "every rank's flight recorder (ncclprep doctor reads the dumps); a longer timeout only hides a hang")
-        out.append(finding("torch.collective_timeout", "FAIL", _plural(suspects) if suspects else (host or "job"),
+        out.append(finding("torch.collective_timeout", "FAIL", rank_list(suspects) if suspects else (host or "job"),
                            msg, remedy, host=host, seq=census["seq"], op=census["op"], pg=census["pg"],
                            waiting=waiting, suspects=suspects, timeout_ms=census["timeout_ms"],
                            ran_ms=census["ran_ms"], late=census["late"]))
@@ -357,8 +340,8 @@ def diagnose_torch_watchdog(parsed: dict, host: str | None = None) -> list[dict]
     if stuck:
         ranks = sorted({s["rank"] for s in stuck if s["rank"] is not None})
         secs = [s["seconds"] for s in stuck if s["seconds"] is not None]
-        out.append(finding("torch.watchdog_stuck", "FAIL", _plural(ranks) if ranks else (host or "job"),
-                           "the NCCL watchdog " + (f"of {_plural(ranks)} " if ranks else "") + "made no progress"
+        out.append(finding("torch.watchdog_stuck", "FAIL", rank_list(ranks) if ranks else (host or "job"),
+                           "the NCCL watchdog " + (f"of {rank_list(ranks)} " if ranks else "") + "made no progress"
                            + (f" for {max(secs)} s" if secs else "") + ": a CUDA or NCCL call did not return (a wedged "
                            "GPU or driver, or a thread holding the GIL): a host-side hang, not the network",
                            "py-spy dump (or gdb) the process and look at the node's GPU (nvidia-smi, dmesg for Xid "
