@@ -4,6 +4,7 @@ hand on every node, as a user starts a job: --dry-run per node, two jobs at once
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -124,3 +125,60 @@ def test_a_port_squatter_is_refused_on_the_rendezvous_host_and_on_the_others(pro
             "agent within 5 s ("), joined.stderr
     finally:
         on("node1", "kill $(cat /tmp/squatter.pid) 2>/dev/null; rm -f /tmp/squatter.pid")
+
+
+def test_a_job_hung_by_a_stopped_rank_is_read_from_its_debug_folders_and_the_rank_is_named(provisioned, tmp_path):
+    """Issue 27's done-when: a 3-node job under ncclprep-torchrun --debug; the worker on node3 is
+    stopped (SIGSTOP) while it trains, so the others wait in DDP's all_reduce until the Gloo timeout
+    (10 s), write their flight recorder into the debug folder and fail. The three nodes' debug
+    folders, copied here, read by `ncclprep doctor DIR`: it names node3's rank and the collective."""
+    import re
+    import signal
+
+    from ansible.module_utils.ncclprep.parsers import rank_list
+
+    from ncclprep.doctor_cmd import doctor_main
+
+    rid = "itest-hang"
+    for node in NODES:
+        on(node, f"rm -rf /var/log/ncclprep/{rid}")
+    start = time.monotonic()
+    procs = {node: subprocess.Popen(
+        ["podman", "exec", f"ncclprep-{node}", "sh", "-c",
+         f"NCCLPREP_RDZV_ID={rid} {LAUNCHER} --debug {TEMPLATE} --steps 100000 --timeout 10 --width 64"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True) for node in NODES}
+    stopped_rank = None
+    try:
+        for line in procs["node1"].stdout:  # rank 0 is on node1 (its agent hosts the rendezvous)
+            if "ncclprep-train: step 3/" in line:
+                break
+        found = on("node3", "for p in $(pgrep -f ncclprep_train.py); do tr '\\0' '\\n' < /proc/$p/environ | "
+                            "grep -q '^RANK=' && echo $p $(tr '\\0' '\\n' < /proc/$p/environ | sed -n 's/^RANK=//p');"
+                            " done")
+        pid, stopped_rank = (int(x) for x in found.stdout.split()[:2])
+        assert on("node3", f"kill -STOP {pid}").returncode == 0
+        # the others time out in their collective, dump and fail
+        outputs = {n: procs[n].communicate(timeout=120)[0] for n in ("node1", "node2")}
+        on("node3", f"kill -KILL {pid}")  # its agent then ends too
+        outputs["node3"] = procs["node3"].communicate(timeout=120)[0]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        on("node3", "pkill -KILL -f ncclprep_train.py")
+    record("a job hung by a stopped rank, 3 nodes, until every node ended", time.monotonic() - start)
+    assert all(procs[n].returncode != 0 for n in NODES), {n: o[-1500:] for n, o in outputs.items()}
+    folder = tmp_path / "debug"
+    for node in NODES:
+        assert subprocess.run(["podman", "cp", f"ncclprep-{node}:/var/log/ncclprep/{rid}", str(folder / node)],
+                              capture_output=True, timeout=60).returncode == 0
+    dumps = sorted(p.name for p in folder.rglob("nccl_trace_rank_*"))
+    assert len(dumps) == 2 and f"nccl_trace_rank_{stopped_rank}" not in dumps, dumps
+    out = io.StringIO()
+    assert doctor_main([str(folder)], stdin=io.StringIO(""), stdout=out) == 1
+    text = out.getvalue()
+    waiting = rank_list({0, 1, 2} - {stopped_rank})
+    assert re.search(rf"FAIL rank {stopped_rank}: collective #\d+ \(all_?reduce, input sizes \[\[\d+\]\]\) of process "
+                     rf"group 0 \(default_pg\): {waiting} (?:entered it and wait|got as far as it[^;]*); "
+                     rf"rank {stopped_rank} left no dump",
+                     text), text[-4000:]

@@ -4,8 +4,10 @@ checkpoints saved by rank 0 and resumed on every rank, FSDP, and how validate.ym
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -146,3 +148,64 @@ def test_a_checkpoint_is_not_written_through_a_link_planted_at_a_fixed_temporary
     assert target.read_text() == "keep"
     assert torch.load(ckpt, weights_only=True)["step"] == 3
     assert sorted(p.name for p in ckpt.parent.iterdir()) == ["model.pt", "model.pt.tmp"]  # only the plant left
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = dict(kv.split(b"=", 1) for kv in fh.read().split(b"\0") if b"=" in kv)
+    except OSError:
+        return None
+    return int(env[b"RANK"]) if b"RANK" in env else None
+
+
+def test_a_rank_stopped_mid_training_is_named_by_the_doctor_from_the_others_flight_recorders(tmp_path):
+    """Issue 27: 3 workers on Gloo with a 6 s timeout; rank 2 is stopped (SIGSTOP) while training.
+    Ranks 0 and 1 time out in DDP's all_reduce, write their flight recorder (Gloo dumps nothing on
+    its own) and fail; the doctor, given the folder, names rank 2 and the collective they wait in."""
+    import signal
+    import time
+
+    from ncclprep.doctor_cmd import doctor_main
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+               TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "nccl_trace_rank_"))
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+                             SCRIPT, "--steps", "100000", "--timeout", "6", "--width", "64"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    stopped = None
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "ncclprep-train: step 3/" in line:
+                break
+        workers = {_rank_of(p): p for p in _children(proc.pid)}
+        stopped = workers[2]
+        os.kill(stopped, signal.SIGSTOP)
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(tmp_path / f"nccl_trace_rank_{r}") for r in (0, 1)):
+            assert time.monotonic() < deadline, "ranks 0 and 1 wrote no flight recorder"
+            time.sleep(0.5)
+        os.kill(stopped, signal.SIGKILL)  # torchrun's SIGTERM would wait on the stopped process
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = "".join(lines) + rest
+    assert proc.returncode != 0, log[-2000:]
+    assert "flight recorder written to" in log, log[-2000:]
+    (tmp_path / "torchrun.log").write_text(log)
+    out = io.StringIO()
+    assert doctor_main([str(tmp_path)], stdin=io.StringIO(""), stdout=out) == 1
+    text = out.getvalue()
+    assert "flight recorder (2 dumps)" in text, text
+    # Gloo retires the work that failed: the dumps, written after it, show where each rank stood
+    assert re.search(r"FAIL rank 2: collective #\d+ \(all_?reduce, input sizes \[\[\d+\]\]\) of process group 0 "
+                     r"\(default_pg\): ranks 0-1 got as far as it \(the last collective in their dumps, written after "
+                     r"it failed\); rank 2 left no dump", text), text

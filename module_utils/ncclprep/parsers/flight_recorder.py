@@ -105,8 +105,11 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
     Returns, per process group with a collective some rank entered and did not complete, ``{"pg",
     "desc", "seq", "op", "sizes", "members", "waiting": [ranks in it, not done], "done": [ranks that
     completed it], "behind": {rank: (last seq, last op) | None}, "no_dump": [members without a dump],
-    "mismatch": {rank: (op, sizes)} (ranks in it with another op or sizes), "last": {rank: seq}}``,
-    groups sorted by name. Point-to-point entries are left out (their own sequence). Never raises
+    "mismatch": {rank: (op, sizes)} (ranks in it with another op or sizes), "last": {rank: seq},
+    "after_failure": bool}``, groups sorted by name. Dumps written after the collective failed
+    (Gloo retires the failed work: every entry done) read as each rank standing at its last
+    collective, the furthest being the one that failed (``after_failure``), when a member is
+    behind it or left no dump. Point-to-point entries are left out (their own sequence). Never raises
     on a dump's shape: a field missing reads as absent."""
     per_pg: dict[str, dict[int, list[dict]]] = {}
     desc: dict[str, str] = {}
@@ -124,23 +127,27 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
     out = []
     for name in sorted(per_pg):
         ranks = per_pg[name]
-        pending = {r: min((e for e in es if not _done(e)), key=lambda e: e["collective_seq_id"], default=None)
-                   for r, es in ranks.items()}
-        stuck = [e for e in pending.values() if e is not None]
-        if not stuck:
+        # Gloo's dumps (torch 2.13) file the default group's members under an empty name
+        group = sorted(members.get(name) or (members.get("") if len(members) == 1 else None)
+                       or set(ranks) | set(dumps))
+        last = {r: max(e["collective_seq_id"] for e in es) for r, es in ranks.items()}
+        stuck = [e for es in ranks.values() for e in es if not _done(e)]
+        after_failure = False
+        if stuck:
+            seq = min(e["collective_seq_id"] for e in stuck)
+        elif any(r not in dumps for r in group) or len(set(last.values())) > 1:
+            # every entry retired: dumps written after the collective failed (Gloo retires the failed
+            # work), so each rank stands at its last collective and the furthest is the one that failed
+            seq, after_failure = max(last.values()), True
+        else:
             continue
-        seq = min(e["collective_seq_id"] for e in stuck)
         at = {r: next((e for e in es if e["collective_seq_id"] == seq), None) for r, es in ranks.items()}
-        waiting = sorted(r for r, e in at.items() if e is not None and not _done(e))
-        done = sorted(r for r, e in at.items() if e is not None and _done(e))
+        waiting = sorted(r for r, e in at.items() if e is not None and (after_failure or not _done(e)))
+        done = sorted(r for r, e in at.items() if e is not None and _done(e) and not after_failure)
         first = at[waiting[0]]
         op, sizes = _op(first), first.get("input_sizes")
         mismatch = {r: (_op(e), e.get("input_sizes")) for r, e in at.items() if e is not None
                     and (_op(e), e.get("input_sizes")) != (op, sizes)}
-        last = {r: max(e["collective_seq_id"] for e in es) for r, es in ranks.items()}
-        # Gloo's dumps (torch 2.13) file the default group's members under an empty name
-        group = sorted(members.get(name) or (members.get("") if len(members) == 1 else None)
-                       or set(ranks) | set(dumps))
         behind = {}
         for r in group:
             if r in ranks and at.get(r) is None and last[r] < seq:
@@ -152,7 +159,7 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
                 behind[r] = None
         out.append({"pg": name, "desc": desc.get(name, ""), "seq": seq, "op": op, "sizes": sizes, "members": group,
                     "waiting": waiting, "done": done, "behind": behind, "no_dump": no_dump, "mismatch": mismatch,
-                    "last": last})
+                    "last": last, "after_failure": after_failure})
     return out
 
 
@@ -169,7 +176,9 @@ def diagnose_flight_recorder(stuck: list[dict], host: str | None = None) -> list
     for g in stuck:
         where = f"process group {g['pg']}" + (f" ({g['desc']})" if g["desc"] else "")
         what = f"collective #{g['seq']} ({g['op']}, input sizes {g['sizes']}) of {where}"
-        msg = f"{what}: {rank_list(g['waiting'])} entered it and wait"
+        msg = f"{what}: {rank_list(g['waiting'])} " + (
+            "got as far as it (the last collective in their dumps, written after it failed)" if g.get("after_failure")
+            else "entered it and wait")
         if g["done"]:
             msg += f"; {rank_list(g['done'])} completed it"
         suspects = sorted(g["behind"]) or list(g["no_dump"])

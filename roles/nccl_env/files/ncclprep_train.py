@@ -35,6 +35,10 @@ What it does, and why:
   all_reduce).
 - Logging and checkpoints from rank 0 only; a checkpoint is loaded by rank 0 and broadcast to
   every rank (the other nodes need not see rank 0's disk).
+- When a collective fails or times out on Gloo, each rank writes torch's flight recorder (its
+  last collectives) to ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` (or TORCH_NCCL_DEBUG_INFO_TEMP_FILE's),
+  as NCCL's watchdog does with TORCH_NCCL_DUMP_ON_TIMEOUT=1: the launcher's ``--debug`` sets the
+  prefix, and ``ncclprep doctor <debug folder>`` names the rank that never reached the collective.
 
 Output: rank 0 prints progress lines starting ``ncclprep-train:``; every rank prints one line
 ``NCCLPREP_RESULT {json}`` at the end (``result_line``), which validate.yml reads, and exits 0,
@@ -249,6 +253,27 @@ def result_line(result: dict) -> None:
     os.write(sys.stdout.fileno(), (RESULT_MARKER + json.dumps(result) + "\n").encode())
 
 
+def dump_flight_recorder(rank: int) -> str | None:
+    """Write torch's flight recorder of this process to ``<prefix><rank>`` (the prefix from
+    TORCH_FR_DUMP_TEMP_FILE, else TORCH_NCCL_DEBUG_INFO_TEMP_FILE) and return the path; None when
+    no prefix is set, or this torch has no flight recorder (before 2.6) or cannot dump."""
+    import torch
+
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)
+    if not prefix or dump is None:
+        return None
+    try:
+        data = dump()
+        path = f"{prefix}{rank}"
+        with open(path + ".tmp", "wb") as fh:
+            fh.write(data)
+        os.replace(path + ".tmp", path)
+        return path
+    except (OSError, RuntimeError):
+        return None
+
+
 def train(args) -> int:
     import torch
     import torch.distributed as dist
@@ -307,6 +332,27 @@ def train(args) -> int:
     data = batches()
     steps = []
     loss_value = None
+    try:
+        loss_value = run_steps(args, model, opt, data, meter, steps, first_step, ckpt_path, ddp, device, use_cuda,
+                               log, is_logger)
+    except Exception as exc:  # a collective that failed or timed out: keep what the ranks were doing
+        written = dump_flight_recorder(rank) if backend == "gloo" else None  # NCCL's watchdog dumps its own
+        print(f"ncclprep-train: rank {rank}: {type(exc).__name__}: {str(exc)[:300]}"
+              + (f"; flight recorder written to {written}" if written else ""), file=sys.stderr, flush=True)
+        raise
+    if ckpt_path and is_logger:
+        save_checkpoint(ckpt_path, model.module if ddp else model, opt, first_step + args.steps)
+        log(f"checkpoint {ckpt_path} at step {first_step + args.steps}")
+    return finish(args, model, ddp, opt, steps, meter, loss_value, rank, local_rank, world, backend, global_batch,
+                  lr, first_step, start)
+
+
+def run_steps(args, model, opt, data, meter, steps, first_step, ckpt_path, ddp, device, use_cuda, log,
+              is_logger) -> float | None:
+    """The optimizer steps (``steps`` gets each step's figures); returns the last loss."""
+    import torch
+
+    loss_value = None
     with meter.count():
         for step in range(first_step, first_step + args.steps):
             before = meter.total()
@@ -339,9 +385,15 @@ def train(args) -> int:
             if (step + 1 - first_step) % args.log_every == 0 or step + 1 == first_step + args.steps:
                 log(f"step {step + 1}/{first_step + args.steps} loss {loss_value:.4f} {seconds * 1e3:.1f} ms "
                     f"collective payload {steps[-1]['bytes']} bytes")
-    if ckpt_path and is_logger:
-        save_checkpoint(ckpt_path, model.module if ddp else model, opt, first_step + args.steps)
-        log(f"checkpoint {ckpt_path} at step {first_step + args.steps}")
+    return loss_value
+
+
+def finish(args, model, ddp, opt, steps, meter, loss_value, rank, local_rank, world, backend, global_batch, lr,
+           first_step, start) -> int:
+    """The figures, the check that every rank ends with the same parameters, the teardown and the
+    result line; returns the exit code (0, or 3 when the parameters differ)."""
+    import torch
+    import torch.distributed as dist
 
     measured = steps[warmup_steps(args):] or steps[-1:]
     step_s = statistics.median(s["seconds"] for s in measured)
