@@ -60,3 +60,21 @@ def test_the_folder_as_json_carries_the_same_findings(tmp_path):
     assert code == 1 and data["status"] == "fail"
     [job] = [c for c in data["comparisons"] if c["id"] == "compare.collective_timeout"]
     assert (job["seq"], job["waiting"], job["suspects"]) == (3, [0, 1], [2])
+
+
+def test_the_json_keys_are_the_ones_docs_reports_md_lists(tmp_path):
+    """docs/reports.md documents the doctor's JSON: the keys a script reads are there."""
+    code, text = run(["--json", job_folder(tmp_path)])
+    data = json.loads(text)
+    assert set(data) == {"schema_version", "status", "summary", "inputs", "comparisons"}
+    assert set(data["summary"]) == {"inputs", "FAIL", "WARN", "INFO", "errors"}
+    assert set(data["inputs"][0]) == {"source", "kind", "kind_description", "host", "also", "read", "findings",
+                                      "unparsed_count", "notes", "error"}
+    [fr] = [i for i in data["inputs"] if i["kind"] == "flight_recorder"]
+    [f] = fr["findings"]
+    assert {"id", "severity", "subject", "host", "message", "remediation", "evidence", "pg", "seq", "op", "waiting",
+            "suspects", "no_dump"} <= set(f)
+    with open(os.path.join(REPO, "docs", "reports.md"), encoding="utf-8") as fh:
+        doc = fh.read()
+    for key in ("schema_version", "comparisons", "unparsed_count", "no_dump", "suspects", "waiting"):
+        assert key in doc, key
