@@ -215,17 +215,20 @@ def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
                 dumps.append((name, dump))
                 continue
             text, problem, note = _read(path, stdin)
+            if problem and in_dir:  # a job folder holds other files too (a core file, an empty log)
+                results.append(diagnose_text("", name, args.host) | {"error": None, "notes": [f"not read: {problem}"]})
+                continue
             if problem:
                 results.append(diagnose_text("", name, args.host) | {"error": f"{name}: {problem}"})
                 continue
             results.append(diagnose_text(text, name, args.host, kind=args.kind, line_rate_gbit_s=args.line_rate,
                                          sysctl_intent=intent, cluster_cidrs=args.cluster_cidr))
-            if in_dir and results[-1]["kind"] is None and (results[-1]["error"] or "").startswith(
-                    f"{name}: not a kind of input"):
-                # a job folder holds other files too (the training's own output): not an error there
+            if in_dir and results[-1]["kind"] is None and results[-1]["error"]:
+                # a job folder holds other files too (the training's own output, an empty log): not an error there
+                said = results[-1]["error"].split(": ", 1)[-1]
                 results[-1]["error"] = None
-                results[-1]["notes"].append("not a kind of input the doctor knows: only its name was used (a rank's "
-                                            "file that printed no error)")
+                results[-1]["notes"].append(f"not read ({said}); only its name was used (a rank's file that printed "
+                                            "no error)")
             if note:
                 results[-1]["notes"].insert(0, note)
         if skipped:

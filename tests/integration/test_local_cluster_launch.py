@@ -169,14 +169,16 @@ def test_a_job_hung_by_a_stopped_rank_is_read_from_its_debug_folders_and_the_ran
     record("a job hung by a stopped rank, 3 nodes, until every node ended", time.monotonic() - start)
     assert all(procs[n].returncode != 0 for n in NODES), {n: o[-1500:] for n, o in outputs.items()}
     folder = tmp_path / "debug"
+    folder.mkdir()
     for node in NODES:
         assert subprocess.run(["podman", "cp", f"ncclprep-{node}:/var/log/ncclprep/{rid}", str(folder / node)],
                               capture_output=True, timeout=60).returncode == 0
     dumps = sorted(p.name for p in folder.rglob("nccl_trace_rank_*"))
     assert len(dumps) == 2 and f"nccl_trace_rank_{stopped_rank}" not in dumps, dumps
     out = io.StringIO()
-    assert doctor_main([str(folder)], stdin=io.StringIO(""), stdout=out) == 1
+    code = doctor_main([str(folder)], stdin=io.StringIO(""), stdout=out)
     text = out.getvalue()
+    assert code == 1, text[-4000:]
     waiting = rank_list({0, 1, 2} - {stopped_rank})
     assert re.search(rf"FAIL rank {stopped_rank}: collective #\d+ \(all_?reduce, input sizes \[\[\d+\]\]\) of process "
                      rf"group 0 \(default_pg\): {waiting} (?:entered it and wait|got as far as it[^;]*); "

@@ -78,3 +78,14 @@ def test_the_json_keys_are_the_ones_docs_reports_md_lists(tmp_path):
         doc = fh.read()
     for key in ("schema_version", "comparisons", "unparsed_count", "no_dump", "suspects", "waiting"):
         assert key in doc, key
+
+
+def test_empty_and_binary_files_in_a_folder_are_notes_not_errors(tmp_path):
+    """A debug folder holds NCCL's empty per-process logs (Gloo never writes them) and core files."""
+    root = job_folder(tmp_path, dumps=False)
+    open(os.path.join(root, "nccl.node1.4242.log"), "w").close()
+    with open(os.path.join(root, "core.4242"), "wb") as fh:
+        fh.write(bytes(range(256)) * 4)
+    code, text = run([root])
+    assert code == 1 and "unreadable" not in text, text
+    assert "not read (empty input: nothing to read)" in text and "not read: binary input" in text

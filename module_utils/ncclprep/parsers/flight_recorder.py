@@ -106,7 +106,9 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
     "desc", "seq", "op", "sizes", "members", "waiting": [ranks in it, not done], "done": [ranks that
     completed it], "behind": {rank: (last seq, last op) | None}, "no_dump": [members without a dump],
     "mismatch": {rank: (op, sizes)} (ranks in it with another op or sizes), "last": {rank: seq},
-    "after_failure": bool}``, groups sorted by name. Dumps written after the collective failed
+    "after_failure": bool}``, groups sorted by name. A Gloo entry (no state: retired once done or
+    failed) that is its rank's last collective counts as waiting, not done. Dumps written after the
+    collective failed
     (Gloo retires the failed work: every entry done) read as each rank standing at its last
     collective, the furthest being the one that failed (``after_failure``), when a member is
     behind it or left no dump. Point-to-point entries are left out (their own sequence). Never raises
@@ -142,8 +144,13 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
         else:
             continue
         at = {r: next((e for e in es if e["collective_seq_id"] == seq), None) for r, es in ranks.items()}
-        waiting = sorted(r for r, e in at.items() if e is not None and (after_failure or not _done(e)))
-        done = sorted(r for r, e in at.items() if e is not None and _done(e) and not after_failure)
+        # Gloo's entries carry no state: its last work is retired whether it completed or failed, so a
+        # rank whose last collective is this one stood in it
+        ended_there = {r for r, e in at.items() if e is not None and last[r] == seq
+                       and str(e.get("profiling_name") or "").startswith("gloo:")}
+        waiting = sorted(r for r, e in at.items() if e is not None
+                         and (after_failure or not _done(e) or r in ended_there))
+        done = sorted(r for r, e in at.items() if e is not None and r not in waiting)
         first = at[waiting[0]]
         op, sizes = _op(first), first.get("input_sizes")
         mismatch = {r: (_op(e), e.get("input_sizes")) for r, e in at.items() if e is not None
