@@ -344,6 +344,8 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
         if len(virtual) > 3:
             out.append(f"... ({len(virtual) - 3} more container/virtual interfaces)")
         return out
+    if fid == "nccl.nics_unused":
+        return _union(_grep(lines, "NET/IB : Using", limit=1), _grep(lines, "via NET/IB", limit=3))
     if fid == "nccl.socket_loopback_only":
         return _grep(lines, "NET/Socket : Using", limit=1)
     if fid == "nccl.socket_over_ipoib":

@@ -292,6 +292,9 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       (``NCCL_ALGO set by environment to Ring``; concerns/nccl_env.py DEBUG_CLASS). Source: NCCL's
       env.rst, whose "Debugging" section says these "should generally not be set for production
       code"; NCCL's tuner plugin (a CSV per size range) is the sanctioned way to choose them.
+    - WARN ``nccl.nics_unused`` when NET/IB lists several devices but the channels between hosts go
+      through fewer of them (``NET/IB/<index>`` of the hops): the others carry nothing (an
+      NCCL_IB_HCA naming one, the GPU-NIC topology, NCCL_CROSS_NIC).
     - INFO ``nccl.transports`` with the transports used inside and between hosts.
     """
     from ansible.module_utils.ncclprep.concerns.nccl_env import DEBUG_CLASS
@@ -386,6 +389,18 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
                            "unset them in the job's environment and /etc/nccl.conf; measure first, and to choose "
                            "algorithms and protocols per size give NCCL a tuner CSV (`ncclprep tune --nccl-tuner`, "
                            "docs/tuning.md)", host=host, forced=forced))
+    listed = [f"{d['device']}:{d['port']}" for d in parsed.get("ib_devices") or []]
+    nets = sorted({int(m.group(1)) for h in parsed.get("hops") or []
+                   for m in [re.match(r"NET/IB/(\d+)", h.get("transport") or "")] if m})
+    if len(listed) > 1 and nets and len(nets) < len(listed):
+        idle = [d for i, d in enumerate(listed) if i not in nets]
+        out.append(finding("nccl.nics_unused", "WARN", subject_host,
+                           f"NCCL lists {len(listed)} IB/RoCE devices ({', '.join(listed)}) but its channels between "
+                           f"hosts use only {', '.join(f'NET/IB/{n} ({listed[n]})' for n in nets if n < len(listed))}: "
+                           f"{', '.join(idle)} carry nothing", "check NCCL_IB_HCA (a list that names one device), the "
+                           "GPU-NIC topology (nvidia-smi topo -m: each GPU uses its nearest NIC) and NCCL_CROSS_NIC; a "
+                           "rail-optimised fabric needs every NIC cabled and up", host=host, listed=listed,
+                           used=[listed[n] for n in nets if n < len(listed)], idle=idle))
     if parsed.get("hops"):
         used = transports_used(parsed["hops"])
         rdma = any(t.startswith("NET/IB") for t in used["inter_host"])
