@@ -925,11 +925,12 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
         return _result(name, kind, fallback_host, f"{name}: could not be read ({type(exc).__name__}: {exc})")
 
 
-def diagnose_dumps(dumps: list[tuple[str, bytes]], host: str | None = None) -> dict:
+def diagnose_dumps(dumps: list[tuple[str, bytes]], host: str | None = None, forgive: list[str] | None = None) -> dict:
     """torch's flight recorder dumps (``[(file name, bytes)]``, one per rank) read together: one result
     shaped as ``diagnose_text``'s, kind ``flight_recorder``. A dump refused (it names a class or
     function, or is not a dump) is named in ``error`` and left out; the rank of each is the number
-    its file name ends with. Never raises."""
+    its file name ends with. A refused file named in ``forgive`` (found in a folder: a job's own
+    pickle beside the dumps) is a note instead of an error. Never raises."""
     from ansible.module_utils.ncclprep.parsers import flight_recorder as fr
 
     name = f"flight recorder ({len(dumps)} dump{'s' if len(dumps) != 1 else ''})"
@@ -948,6 +949,9 @@ def diagnose_dumps(dumps: list[tuple[str, bytes]], host: str | None = None) -> d
                           f"rank {rank}: left out")
             continue
         loaded[rank] = dump
+    forgiven = [e for e in errors if e.split(": ", 1)[0] in set(forgive or [])]
+    errors = [e for e in errors if e not in forgiven]
+    out["notes"] += [f"not read: {e}" for e in forgiven]
     if errors:
         out["error"] = "; ".join(errors)
     if not loaded:
@@ -955,11 +959,17 @@ def diagnose_dumps(dumps: list[tuple[str, bytes]], host: str | None = None) -> d
     versions = sorted({str(d.get("version")) for d in loaded.values()})
     out["read"].append(f"dumps of ranks {', '.join(map(str, sorted(loaded)))} (flight recorder version "
                        f"{', '.join(versions)}), {sum(len(d['entries']) for d in loaded.values())} entries")
-    stuck = fr.analyze(loaded)
+    try:
+        stuck = fr.analyze(loaded)
+        found = fr.diagnose_flight_recorder(stuck, host)
+    except Exception as exc:  # a dump of an odd shape (a field of another type, deep nesting): said, not raised
+        out["error"] = "; ".join([*errors, f"the dumps could not be read together ({type(exc).__name__}: "
+                                           f"{str(exc)[:200]})"])
+        return out
     for g in stuck:
         out["read"].append(f"process group {g['pg']}: last collective per rank "
                            + ", ".join(f"{r}: #{s}" for r, s in sorted(g["last"].items())))
-    for f in fr.diagnose_flight_recorder(stuck, host):
+    for f in found:
         f = dict(f)
         f["evidence"] = [f"{path}: rank {fr.dump_rank(path)}" for path, _ in dumps
                          if fr.dump_rank(path) in set(f.get("suspects") or []) | set(f.get("waiting") or [])][:6]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import stat
 import sys
 
 # ncclprep must be imported before ansible.module_utils.ncclprep: keep this order.
@@ -147,6 +149,11 @@ def _read(path: str, stdin) -> tuple[str | None, str | None, str | None]:
 MAX_DIR_FILES = 2000
 
 
+def _natural(name: str) -> list:
+    """Sort key with numbers read as numbers: rank2.log before rank10.log."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 def _expand(paths: list[str]) -> tuple[list[tuple[str, bool]], int]:
     """``paths`` with each folder replaced by the files under it (sorted, hidden ones left out):
     ``([(path, came from a folder; None for a folder without files)], files left out past
@@ -159,8 +166,17 @@ def _expand(paths: list[str]) -> tuple[list[tuple[str, bool]], int]:
             continue
         found = []
         for folder, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            found += [os.path.join(folder, f) for f in sorted(files) if not f.startswith(".")]
+            dirs[:] = sorted((d for d in dirs if not d.startswith(".")), key=_natural)
+            for f in sorted(files, key=_natural):
+                full = os.path.join(folder, f)
+                # regular files only (a named pipe would block the read, a device never end); no
+                # half-written dump (the template writes <prefix><rank>.tmp, then renames it)
+                try:
+                    regular = stat.S_ISREG(os.stat(full).st_mode)
+                except OSError:
+                    regular = False
+                if regular and not f.startswith(".") and not f.endswith(".tmp"):
+                    found.append(full)
         if not found:
             out.append((path, None))  # an empty folder: said as such
             continue
@@ -205,6 +221,7 @@ def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
         results = []
         dumps = []
         inputs, skipped = _expand(args.files or ["-"])
+        from_folder = {path for path, in_dir in inputs if in_dir}
         for path, in_dir in inputs:
             name = "<stdin>" if path == "-" else path
             if in_dir is None:
@@ -235,7 +252,8 @@ def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
             note = f"{skipped} more files in the folders were not read (at most {MAX_DIR_FILES})"
             results.append(diagnose_text("", "(folders)", args.host) | {"error": None, "notes": [note]})
         if dumps:
-            results.append(diagnose_dumps(dumps, args.host))
+            results.append(diagnose_dumps(dumps, args.host, forgive=[name for name, _ in dumps
+                                                                      if name in from_folder]))
         comparisons = compare(results)
         if args.json:
             stdout.write(json.dumps(as_json(results, comparisons), indent=2) + "\n")

@@ -89,3 +89,23 @@ def test_empty_and_binary_files_in_a_folder_are_notes_not_errors(tmp_path):
     code, text = run([root])
     assert code == 1 and "unreadable" not in text, text
     assert "not read (empty input: nothing to read)" in text and "not read: binary input" in text
+
+
+def test_a_folder_skips_pipes_half_written_dumps_and_other_pickles(tmp_path):
+    """Review: a named pipe in a folder blocked the doctor for good; the template's <prefix><rank>.tmp
+    read as a second dump; a job's own pickle beside the dumps failed the run. Files sort by number
+    (rank2 before rank10)."""
+    root = job_folder(tmp_path)
+    os.mkfifo(os.path.join(root, "pipe"))
+    shutil.copy(os.path.join(DUMPS, "nccl_trace_rank_0"), os.path.join(root, "nccl_trace_rank_0.tmp"))
+    import pickle
+
+    with open(os.path.join(root, "metrics.pkl"), "wb") as fh:
+        pickle.dump({"loss": [0.5, 0.4]}, fh, protocol=4)
+    for r in (2, 10):
+        with open(os.path.join(root, f"rank{r}.log"), "w") as fh:
+            fh.write(f"epoch 0 step 1 rank {r}\n")
+    code, text = run([root])
+    assert code == 1 and "unreadable" not in text, text
+    assert "not read: " in text and "metrics.pkl" in text and "second dump" not in text
+    assert text.index("rank2.log") < text.index("rank10.log")

@@ -33,7 +33,7 @@ import re
 from ansible.module_utils.ncclprep.parsers import finding, rank_list
 
 #: The largest dump read (bytes): a ring of 2,000 entries with stack frames is a few MB.
-MAX_DUMP_BYTES = 256 * 1024 * 1024
+MAX_DUMP_BYTES = 32 * 1024 * 1024
 #: A pickle's first byte: PROTO (protocol 2 and later); protocol 0/1 dumps are not torch's.
 PICKLE_MAGIC = b"\x80"
 _RANK_RE = re.compile(r"(\d+)(?:\.\w+)?$")
@@ -43,9 +43,11 @@ class DumpRefused(ValueError):
     """A file that is not a flight recorder dump, or names a class or function (refused unread)."""
 
 
-class _PlainUnpickler(pickle.Unpickler):
+class _PlainUnpickler(pickle._Unpickler):  # noqa: SLF001 (the pure-Python one, on purpose)
     """An unpickler of plain data only: every GLOBAL / STACK_GLOBAL (a class or function to import
-    and call) and every persistent id is refused, so nothing in the file runs."""
+    and call) and every persistent id is refused, so nothing in the file runs. The pure-Python
+    unpickler keeps its memo in a dict: the C one grows an array to twice a memo index the file
+    names (18 bytes could ask for gigabytes)."""
 
     def find_class(self, module, name):
         raise DumpRefused(f"the pickle names {module}.{name}: a flight recorder dump holds plain data only, so it "
@@ -84,10 +86,27 @@ def dump_rank(name: str) -> int | None:
 
 
 def _members(dump: dict, pg: str) -> list[int]:
-    raw = ((dump.get("pg_config") or {}).get(pg) or {}).get("ranks")
+    conf = (dump.get("pg_config") or {}).get(pg)
+    raw = conf.get("ranks") if isinstance(conf, dict) else None
     if isinstance(raw, (list, tuple)):
         return [int(r) for r in raw if isinstance(r, int)]
     return [int(r) for r in re.findall(r"\d+", str(raw or ""))]
+
+
+#: Collectives whose input sizes every rank must give alike (names without "_").
+SIZED_OPS = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "allgatherbase",
+                       "reducescatterbase", "allgatherintotensorcoalesced"})
+#: The most of a sizes list shown (entries of a dump are data from a file: kept short and flat).
+MAX_SIZES = 8
+
+
+def _sizes(value) -> str:
+    """A dump's ``input_sizes`` as short text: a list of at most MAX_SIZES shapes of ints, else "?"
+    (nested or shared lists a crafted file holds are not walked)."""
+    if isinstance(value, list) and len(value) <= MAX_SIZES and all(
+            isinstance(v, list) and len(v) <= MAX_SIZES and all(type(x) is int for x in v) for v in value):
+        return str(value)
+    return "?"
 
 
 def _done(e: dict) -> bool:
@@ -96,7 +115,8 @@ def _done(e: dict) -> bool:
 
 
 def _op(e: dict) -> str:
-    return str(e.get("profiling_name") or "?").split(":", 1)[-1]
+    name = e.get("profiling_name")
+    return name.split(":", 1)[-1][:60] if isinstance(name, str) and name else "?"
 
 
 def analyze(dumps: dict[int, dict]) -> list[dict]:
@@ -118,13 +138,15 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
     members: dict[str, set[int]] = {}
     for rank, dump in dumps.items():
         for e in dump.get("entries") or []:
-            if not isinstance(e, dict) or e.get("is_p2p") or e.get("collective_seq_id") is None:
+            if not isinstance(e, dict) or e.get("is_p2p") or type(e.get("collective_seq_id")) is not int:
                 continue
-            pg = e.get("process_group") or ("?", "")
-            name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(pg)
-            desc[name] = str(pg[1]) if isinstance(pg, (list, tuple)) and len(pg) > 1 else ""
+            pg = e.get("process_group")
+            pg = pg if isinstance(pg, (list, tuple)) and pg else ("?", "")
+            name = str(pg[0])[:60] if isinstance(pg[0], (str, int)) else "?"
+            desc[name] = str(pg[1])[:60] if len(pg) > 1 and isinstance(pg[1], str) else ""
             per_pg.setdefault(name, {}).setdefault(rank, []).append(e)
-        for name in dump.get("pg_config") or {}:
+        config = dump.get("pg_config")
+        for name in config if isinstance(config, dict) else {}:
             members.setdefault(str(name), set()).update(_members(dump, name))
     out = []
     for name in sorted(per_pg):
@@ -143,7 +165,9 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
             seq, after_failure = max(last.values()), True
         else:
             continue
-        at = {r: next((e for e in es if e["collective_seq_id"] == seq), None) for r, es in ranks.items()}
+        # a coalesced group puts several entries under one number: the one not done is where it stands
+        at = {r: min((e for e in es if e["collective_seq_id"] == seq), key=_done, default=None)
+              for r, es in ranks.items()}
         # Gloo's entries carry no state: its last work is retired whether it completed or failed, so a
         # rank whose last collective is this one stood in it
         ended_there = {r for r, e in at.items() if e is not None and last[r] == seq
@@ -151,10 +175,15 @@ def analyze(dumps: dict[int, dict]) -> list[dict]:
         waiting = sorted(r for r, e in at.items() if e is not None
                          and (after_failure or not _done(e) or r in ended_there))
         done = sorted(r for r, e in at.items() if e is not None and r not in waiting)
+        if not waiting:
+            continue
         first = at[waiting[0]]
-        op, sizes = _op(first), first.get("input_sizes")
-        mismatch = {r: (_op(e), e.get("input_sizes")) for r, e in at.items() if e is not None
-                    and (_op(e), e.get("input_sizes")) != (op, sizes)}
+        op, sizes = _op(first), _sizes(first.get("input_sizes"))
+        # sizes must agree only where every rank sends the same shape (torch's fr_trace: not for
+        # all_to_all, scatter, gather, nor coalesced groups)
+        same_sizes = op.replace("_", "") in SIZED_OPS
+        mismatch = {r: (_op(e), _sizes(e.get("input_sizes"))) for r, e in at.items() if e is not None
+                    and (_op(e) != op or (same_sizes and _sizes(e.get("input_sizes")) != sizes))}
         behind = {}
         for r in group:
             if r in ranks and at.get(r) is None and last[r] < seq:

@@ -42,7 +42,9 @@ RULES = [
      re.compile(r"socket\.cc:\d+ -> \d+ \((Operation now in progress|Connection refused|Connection timed out|"
                 r"No route to host|Network is unreachable)\)|Connect to (\S+?)<\d+> failed : (Connection \w+[\w ]*)")),
 ]
-_BOOTSTRAP_RE = re.compile(r"bootstrap\.cc:\d+ -> \d+|bootstrap(?:Root|Connect|Net)|Bootstrap : ")
+#: The bootstrap's own error stack (``bootstrap.cc:275 -> 2``): the INFO line ``Bootstrap : Using`` every
+#: log prints does not count (a connect failing later, on the data path, is not the bootstrap's).
+_BOOTSTRAP_RE = re.compile(r"bootstrap\.cc:\d+ -> \d+|bootstrap(?:Root|Connect|Net\w*) ")
 _FALLBACK_RE = re.compile(r"NET/IB : No device found|Using network Socket|NET/Socket : Using")
 #: Found by ``scan_nccl_errors`` in at most this many lines per rule (the count goes on).
 MAX_LINES = 3
@@ -74,9 +76,11 @@ def scan_nccl_errors(text: str) -> list[dict]:
     return out
 
 
-def covered(message: str) -> bool:
-    """True when a rule explains this (WARN) message."""
-    return any(regex.search(message) for _rid, _s, regex in RULES)
+def covered(message: str, found: list[dict] | None = None) -> bool:
+    """True when a rule explains this (WARN) message; with ``found`` (``scan_nccl_errors``'s rows),
+    only a rule that gave a finding counts (a connect error with no bootstrap stack stays a WARN)."""
+    fired = None if found is None else {r["id"] for r in found}
+    return any(regex.search(message) for rid, _s, regex in RULES if fired is None or rid in fired)
 
 
 def diagnose_nccl_errors(found: list[dict], host: str | None = None) -> list[dict]:

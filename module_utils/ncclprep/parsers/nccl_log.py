@@ -293,8 +293,9 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       env.rst, whose "Debugging" section says these "should generally not be set for production
       code"; NCCL's tuner plugin (a CSV per size range) is the sanctioned way to choose them.
     - WARN ``nccl.nics_unused`` when NET/IB lists several devices but the channels between hosts go
-      through fewer of them (``NET/IB/<index>`` of the hops): the others carry nothing (an
-      NCCL_IB_HCA naming one, the GPU-NIC topology, NCCL_CROSS_NIC).
+      through fewer of them (``NET/IB/<index>`` of the hops), seen from at least as many sending
+      ranks as devices (one rank's own log shows only its nearest NIC): the others carry nothing
+      (an NCCL_IB_HCA naming one, the GPU-NIC topology, NCCL_CROSS_NIC).
     - INFO ``nccl.transports`` with the transports used inside and between hosts.
     """
     from ansible.module_utils.ncclprep.concerns.nccl_env import DEBUG_CLASS
@@ -367,7 +368,8 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
     kinds: dict[str, list[dict]] = {}
     out += nccl_errors.diagnose_nccl_errors(parsed.get("known_errors") or [], host)
     for warn in parsed.get("warnings", []):
-        if not _IB_COMPLETION_RE.search(warn["message"]) and not nccl_errors.covered(warn["message"]):
+        if not _IB_COMPLETION_RE.search(warn["message"]) and \
+                not nccl_errors.covered(warn["message"], parsed.get("known_errors") or []):
             kinds.setdefault(_NUMBERS_RE.sub("#", warn["message"]), []).append(warn)
     for i, same in enumerate(kinds.values()):
         if i == MAX_WARN_KINDS:
@@ -390,9 +392,12 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
                            "algorithms and protocols per size give NCCL a tuner CSV (`ncclprep tune --nccl-tuner`, "
                            "docs/tuning.md)", host=host, forced=forced))
     listed = [f"{d['device']}:{d['port']}" for d in parsed.get("ib_devices") or []]
-    nets = sorted({int(m.group(1)) for h in parsed.get("hops") or []
-                   for m in [re.match(r"NET/IB/(\d+)", h.get("transport") or "")] if m})
-    if len(listed) > 1 and nets and len(nets) < len(listed):
+    net_hops = [(h, m) for h in parsed.get("hops") or [] for m in [re.match(r"NET/IB/(\d+)", h.get("transport") or "")]
+                if m]
+    nets = sorted({int(m.group(1)) for _h, m in net_hops})
+    senders = {(h.get("host"), h.get("src")) for h, _m in net_hops}
+    # one rank's log shows only its own nearest NIC: judged when as many ranks send as NICs are listed
+    if len(listed) > 1 and nets and len(nets) < len(listed) and len(senders) >= len(listed):
         idle = [d for i, d in enumerate(listed) if i not in nets]
         out.append(finding("nccl.nics_unused", "WARN", subject_host,
                            f"NCCL lists {len(listed)} IB/RoCE devices ({', '.join(listed)}) but its channels between "

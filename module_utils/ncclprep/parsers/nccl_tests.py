@@ -155,8 +155,9 @@ def diagnose_nccl_tests(parsed: dict, line_rate_gbit_s: float | None = None, hos
     out: list[dict] = []
     subject = host or "host"
     trailers = parsed.get("avg_busbw_all") or []
-    if len(trailers) > 1:
-        hosts = sorted({d["host"] for d in parsed.get("devices") or [] if d.get("host")})
+    hosts = sorted({d["host"] for d in parsed.get("devices") or [] if d.get("host")})
+    # runs one after another pasted together list every rank of the job in each header: not this
+    if len(trailers) > 1 and len(hosts) <= 1:
         out.append(finding("nccl_tests.independent_runs", "FAIL", subject,
                            f"{len(trailers)} result summaries in one run (Avg bus bandwidth "
                            f"{', '.join(f'{t:g}' for t in trailers)} GB/s): each process ran a test of its own"

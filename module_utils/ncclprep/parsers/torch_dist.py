@@ -276,6 +276,8 @@ def diagnose_torch_dist(parsed: dict, host: str | None = None) -> list[dict]:
                            f"pick a free port (ss -ltnp 'sport = :{port}' shows the holder) or let torchrun "
                            "choose one (--standalone on a single node)", host=host, port=port))
     for addr in parsed.get("master_addrs") or []:
+        if addr.startswith(("$", "%", "{")) or "`" in addr:
+            continue  # a shell or batch variable, expanded when the script runs
         if not _HOSTLIKE_RE.match(addr):
             out.append(finding("torch.master_addr_invalid", "FAIL", addr,
                                f"the master address is {addr!r}: not a host name or an address; a launcher that reads "

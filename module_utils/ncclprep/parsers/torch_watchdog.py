@@ -32,7 +32,7 @@ import re
 from ansible.module_utils.ncclprep.parsers import finding, rank_list
 
 _WATCHDOG_RE = re.compile(r"\[(?:PG[^\]]*?\s)?Rank\s*(\d+)\]\s*Watchdog\s*caught\s*collective\s*operation\s*timeout:\s*"
-                          r"WorkNCCL\(([^\[\]]*?)\)\s*ran\s*for\s*(\d+)\s*milliseconds")
+                          r"WorkNCCL\(((?:[^\[\]]|\[[^\[\]]*\])*?)\)\s*ran\s*for\s*(\d+)\s*milliseconds")
 _FIELD_RE = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,\s)]+)")
 #: ``[PG 1 Rank 0]``, ``[PG 0 (default_pg) Rank 0]``, ``[PG ID 2 PG GUID 9 Rank 4]``,
 #: ``[PG ID 0 PG GUID 0(default_pg) Rank 6]``
@@ -54,6 +54,8 @@ _STARTS_RE = re.compile(r"Watchdog\s*caught|detected\s*by\s*watchdog|Timeout\s*a
 _COMPLETE = (_WATCHDOG_RE, _PROGRESS_RE, _STUCK_RE)
 #: Physical lines joined at most to complete one wrapped line.
 MAX_WRAPPED = 4
+#: The highest rank whose missing neighbours are listed (a number past it in a text is not a job's rank).
+MAX_RANK = 65536
 #: A timeout reported this many times its limit late: the process, not the collective, was stalled.
 LATE_FACTOR = 2
 
@@ -99,10 +101,15 @@ def _unwrap(lines: list[str]) -> list[str]:
             out[-1] += line
         else:
             out.append(line)
-        joining = len(line) == width and not line.endswith("  ")  # a padded line ends its record
+        # only torch's own records are joined (a script's lines of one width are not wrapped ones)
+        joining = len(line) == width and not line.endswith("  ") and bool(_TORCH_RECORD_RE.search(out[-1])) \
+            and not any(r.search(out[-1]) for r in _COMPLETE)
     return out
 
 
+#: A record of torch's process group (what a wrapped paste of the watchdog holds).
+_TORCH_RECORD_RE = re.compile(r"ProcessGroupNCCL|Watchdog\s*caught|watchdog\s*(?:at|got)|NCCL\s*work|"
+                              r"Some NCCL operations")
 #: The start of a log record (a prefix, a timestamp, a traceback line): never a wrapped line's rest.
 _RECORD_START_RE = re.compile(r"^\s*(?:\[|\(|\d{4}-\d\d-\d\d|[EWIF]\d{4} |Traceback|File \"|[\w.-]+:\d+:\d+ \[|"
                               r"NCCL |terminate called|what\(\)|\w+Error\b)")
@@ -119,8 +126,8 @@ def _logical_lines(text: str):
         if _STARTS_RE.search(line) and not any(r.search(line) for r in _COMPLETE):
             joined = line.rstrip()
             for k in range(1, MAX_WRAPPED):
-                if i + k >= len(lines):
-                    break
+                if i + k >= len(lines) or _RECORD_START_RE.match(lines[i + k]) or _GLOBAL_RANK_RE.search(lines[i + k]):
+                    break  # the next line is a record of its own: this one was cut, not wrapped
                 joined += lines[i + k].rstrip()
                 if any(r.search(joined) for r in _COMPLETE):
                     line, used = joined, k + 1
@@ -156,7 +163,7 @@ def parse_torch_watchdog(text: str) -> dict:
         group = _GROUP_RANK_RE.search(line)
         script = _SCRIPT_RANK_RE.search(line)
         rank = int(glob.group(1)) if glob else int(group.group(1)) if group else \
-            int(script.group(1)) if script else None
+            int(script.group(1)) if script and int(script.group(1)) <= MAX_RANK else None
         if rank is not None:
             ranks.add(rank)
         pg_id, guid, name = _pg(_PG_RANK_RE.search(line))
@@ -273,7 +280,7 @@ def watchdog_census(parsed: dict) -> dict | None:
             "behind": behind, "ahead": ahead,
             "group_named": main_key is not None and all(explicit[r] is not None for r in [*behind, *ahead]),
             "silent": sorted(r for r in seen if r not in named),
-            "unseen": [r for r in range(max(seen) + 1) if r not in seen] if seen else [],
+            "unseen": [r for r in range(max(seen) + 1) if r not in seen] if seen and max(seen) <= MAX_RANK else [],
             "other": [first[r][2] for k, rs in groups.items() if k != main_key for r in sorted(rs)
                       if first[r][2] is not None],
             "late": late}
