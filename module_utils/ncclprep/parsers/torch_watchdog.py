@@ -166,7 +166,8 @@ def parse_torch_watchdog(text: str) -> dict:
             int(script.group(1)) if script and int(script.group(1)) <= MAX_RANK else None
         if rank is not None:
             ranks.add(rank)
-        pg_id, guid, name = _pg(_PG_RANK_RE.search(line))
+        pg_match = _PG_RANK_RE.search(line)
+        pg_id, guid, name = _pg(pg_match)
         for m in _WATCHDOG_RE.finditer(line):
             fields = dict(_FIELD_RE.findall(m.group(2)))
             row = {"rank": rank if rank is not None else int(m.group(1)), "group_rank": int(m.group(1)),
@@ -181,8 +182,8 @@ def parse_torch_watchdog(text: str) -> dict:
         if m:
             work, enq, done = (m.group(1), m.group(2), m.group(3)) if m.group(1) is not None else \
                 (m.group(4), m.group(5), m.group(6))
-            pm = _PG_RANK_RE.search(line)
-            row = {"rank": rank, "group_rank": int(pm.group(4)) if pm else None, "pg": pg_id, "pg_guid": guid,
+            row = {"rank": rank, "group_rank": int(pg_match.group(4)) if pg_match else None, "pg": pg_id,
+                   "pg_guid": guid,
                    "pg_name": name, "work": int(work), "last_enqueued": int(enq), "last_completed": int(done)}
             key = (row["rank"], row["pg"], row["pg_guid"], row["work"])
             if key not in seen_progress:
