@@ -309,6 +309,11 @@ def member_duplicates(members: dict) -> list[str]:
     machines claim goes into every node's known_hosts, ssh_config and /etc/hosts for both, so
     ssh to it accepts either's key, it resolves to two addresses, and torch's rendezvous takes
     both machines for its host (review F10: node2 reporting node1's host name or FQDN passed).
+
+    A short name (a name's first label, without case) that names two members is refused too:
+    Slurm knows a node by one name, and the job preflight and the re-test find its member by that
+    name or its short form (jobpreflight.job_members), so node1.a and node1.b would let a Slurm
+    node ``node1`` be measured, struck or resumed as the other (review N21).
     """
     out = []
     seen: dict = {}
@@ -331,11 +336,23 @@ def member_duplicates(members: dict) -> list[str]:
                            "digits and '-' in dot-separated labels); fix it on the node (hostnamectl)")
                 continue
             claims.setdefault(str(value).lower(), {}).setdefault(host, what)
+    reported = set()
+    shorts: dict = {}  # first label -> {member: the name of it that has this first label}
     for value, hosts in claims.items():
+        shorts_of = shorts.setdefault(value.split(".")[0], {})
+        for h in hosts:
+            shorts_of.setdefault(h, value)
         if len(hosts) > 1:
+            reported.add(frozenset(hosts))
             how = ", ".join(f"{h} ({w})" for h, w in hosts.items())
             out.append(f"{how} share the name {value}: one machine listed twice in the inventory, or two machines "
                        "with one name (rename one: hostnamectl set-hostname)")
+    for short, hosts in shorts.items():
+        if len(hosts) > 1 and frozenset(hosts) not in reported:  # one line per clash: the full name's, if any
+            how = ", ".join(f"{h} ({n})" for h, n in hosts.items())
+            out.append(f"{how} share the short name {short}: a Slurm node {short} would be taken for either by the "
+                       "job preflight and the re-test, so the wrong node could be measured, struck or resumed "
+                       "(give each member a first label of its own: inventory name, hostnamectl set-hostname)")
     return out
 
 

@@ -155,6 +155,27 @@ def test_a_kernel_host_name_or_fqdn_equal_to_another_members_name_is_refused():
     assert dup({"node1": {"name": "node1", "fqdn": "node1", "address": "10.0.0.1"}}) == []
 
 
+def test_two_members_with_one_short_name_are_refused():
+    """Review N21: node1.a and node1.b passed, and the job preflight and the re-test, which find a
+    Slurm node's member by its name or short name, took Slurm's node1 for whichever came first:
+    the wrong node measured, struck or resumed. A member's own names may share a first label."""
+    dup = F["ncclprep_member_duplicates"]
+    assert dup({"node1.a": {"name": None, "fqdn": None, "address": "10.0.0.1"},
+                "node1.b": {"name": None, "fqdn": None, "address": "10.0.0.2"}}) == [
+        "node1.a (node1.a), node1.b (node1.b) share the short name node1: a Slurm node node1 would be taken for "
+        "either by the job preflight and the re-test, so the wrong node could be measured, struck or resumed "
+        "(give each member a first label of its own: inventory name, hostnamectl set-hostname)"]
+    # by a reported FQDN, without case
+    assert dup({"gpu1": {"name": "gpu1", "fqdn": "gpu1.rack1", "address": "10.0.0.1"},
+                "gpu2": {"name": "gpu2", "fqdn": "GPU1.rack2", "address": "10.0.0.2"}})[0].startswith(
+        "gpu1 (gpu1), gpu2 (gpu1.rack2) share the short name gpu1: ")
+    # one clash, one line: names equal in full are named as such only
+    assert len(dup({"node1.a": {"name": "node1", "address": "10.0.0.1"},
+                    "node1.b": {"name": "node1", "address": "10.0.0.2"}})) == 1
+    assert dup({"node1.a": {"name": "node1", "fqdn": "node1.a.lab", "address": "10.0.0.1"},
+                "node2.a": {"name": "node2", "fqdn": "node2.a.lab", "address": "10.0.0.2"}}) == []
+
+
 def test_member_duplicates_name_the_machine_listed_twice_and_the_shared_address():
     members = {"node1": {"name": "node1", "address": "10.0.0.1"}, "node2": {"name": "node2", "address": "10.0.0.2"},
                "node4": {"name": "node2", "address": "10.0.0.2"}, "node5": {"name": "node5", "address": "10.0.0.1"},
