@@ -50,6 +50,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,7 @@ import traceback
 from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep import nodecheck
+from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
 from ansible.module_utils.ncclprep.netutil import missing_keys, open_signed_store
 
@@ -197,6 +199,19 @@ def verdict(checks: list[dict], hosts: list[str], need: int | None) -> dict:
     failed = len(ok) < need if need else status != "PASS"
     return {"status": status, "code": EXIT_FAILED if failed else EXIT_PASS, "vetted": ok, "excluded": out,
             "need": need}
+
+
+def planted_link(path: str) -> str | None:
+    """Why the folder ``path`` must not be followed: it is a symbolic link that neither this user
+    nor root made, e.g. another user's in a shared submit folder, which would have the job write
+    its reports wherever that user chose (review N20); None otherwise (no link, or one of ours)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(info.st_mode) and info.st_uid not in (os.geteuid(), 0):
+        return f"{path} is a link that uid {info.st_uid} made, not this job's user: not followed"
+    return None
 
 
 def _gpus() -> int:
@@ -355,6 +370,9 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
     cluster["slurm"] = {"job_id": job["job_id"], "nodes": job["nodes"]}
     result = verdict(checks, names, opts.need)
     try:
+        why = planted_link(opts.report_dir)
+        if why:
+            raise OSError(why)
         run_dir = write_reports(opts.report_dir, cluster, records, cluster["generated_at"])
     except OSError as exc:
         run_dir = None
@@ -367,8 +385,9 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
                  f"; excluded: {','.join(result['excluded']) or 'none'}")
         if len(result["vetted"]) >= opts.need:
             try:
-                with open(opts.hostfile, "w", encoding="utf-8") as fh:
-                    fh.write("".join(f"{h}\n" for h in result["vetted"][:opts.need]))
+                # a new temporary file, then renamed over the path: a link planted there is replaced,
+                # never written through (review N20)
+                write_atomic(opts.hostfile, "".join(f"{h}\n" for h in result["vetted"][:opts.need]))
                 line += f"; hostfile {opts.hostfile}"
             except OSError as exc:
                 result["code"] = EXIT_COULD_NOT_RUN

@@ -157,3 +157,106 @@ def test_the_command_says_why_it_cannot_run_without_the_reports_libraries(tmp_pa
                          text=True, env=env, timeout=60)
     assert out.returncode == EXIT_COULD_NOT_RUN, out.stderr
     assert f"{tmp_path / 'absent.json'} does not exist: run site.yml" in out.stderr
+
+
+class DictStore:
+    """The job's store as one node sees it alone: check, get and set on a dict."""
+
+    def __init__(self):
+        self.data = {}
+
+    def set(self, key, value):
+        self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key):
+        return self.data[key]
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+
+def one_node_run(tmp_path, monkeypatch, env, **opts):
+    """``jobpreflight.run`` on a one-node job (gpu01, job 7) with the network probe and the
+    collectives off, the smoke step on and its launch recorded instead of run, judged by the run's
+    own checks (host.*, torchrun.*): (exit code, the run_job calls, the report's checks by id)."""
+    import argparse
+    import json
+
+    from ansible.module_utils.ncclprep import ddp_smoke
+
+    calls = []
+
+    def run_job(*args, **kwargs):
+        calls.append((args, kwargs))
+        return {"status": "PASS", "rc": 0, "workers": [{"rank": 0, "world_size": 1, "params_identical": True}],
+                "elapsed_s": 1.0, "log_tail": [], "error": None, "host": args[10]}
+
+    monkeypatch.setattr(ddp_smoke, "run_job", run_job)
+    monkeypatch.setattr(jobpreflight, "open_signed_store", lambda *a: (DictStore(), None))
+    monkeypatch.setattr(nodecheck, "read_node", lambda reading: {"hostname": "gpu01"})
+    monkeypatch.setattr(jobpreflight.time, "sleep", lambda s: None)
+    # the node's reading is not under test: only the run's own checks are kept
+    evaluate = jobpreflight.evaluate
+    monkeypatch.setattr(jobpreflight, "evaluate",
+                        lambda *a: [c for c in evaluate(*a) if c["id"].startswith(("host.", "torchrun."))])
+    settings = dict(SETTINGS, members={"gpu01": "10.0.0.1"}, launcher="/usr/local/bin/ncclprep-torchrun",
+                    script="/x/ncclprep_train.py", env_file=None,
+                    net=dict(SETTINGS["net"], enabled=False), probe=dict(SETTINGS["probe"], enabled=False),
+                    smoke={"enabled": True, "steps": 2, "accumulation": 1, "timeout": 60})
+    options_ = argparse.Namespace(**{"need": None, "report_dir": str(tmp_path / "reports"), "json": False,
+                                     "hostfile": str(tmp_path / "hosts"), **opts})
+    job = {"job_id": "7", "nodes": ["gpu01"], "rank": 0, "node": "gpu01"}
+    code = jobpreflight.run({"job": settings, "intent": {}}, job, options_, env)
+    written = tmp_path / "reports" / "latest" / "cluster.json"
+    checks = json.loads(written.read_text())["checks"] if written.exists() else []
+    return code, calls, {c["id"]: c for c in checks}
+
+
+def test_the_hostfile_replaces_a_planted_link_and_writes_nothing_through_it(tmp_path, monkeypatch):
+    """Review N20: in a shared submit folder another user could plant a link at the hostfile's
+    path, and the first node wrote the vetted nodes through it, as the job's user, into whatever
+    file it named. The hostfile is written to a new temporary file (O_EXCL, O_NOFOLLOW), then
+    renamed over the path: the link is replaced, its target left as it was."""
+    import os
+
+    shared = tmp_path / "submit"
+    shared.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    hostfile = shared / "ncclprep-hosts.7"
+    os.symlink(victim, hostfile)
+    code, _, _ = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s3cret"}, need=1,
+                              hostfile=str(hostfile))
+    assert code == EXIT_PASS
+    assert victim.read_text() == "precious\n"
+    assert not hostfile.is_symlink() and hostfile.read_text() == "gpu01\n"
+    assert [p.name for p in shared.iterdir()] == ["ncclprep-hosts.7"]  # no temporary file left
+
+
+def test_a_report_folder_another_user_linked_elsewhere_is_not_followed(tmp_path, monkeypatch, capsys):
+    """Review N20: the reports' folder in a shared submit folder, replaced by another user's link,
+    had the first node write the run's reports and its ``latest`` link wherever that link led.
+    Such a link is refused (the hostfile and the verdict still come); the user's own link is
+    followed."""
+    import os
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, tmp_path / "reports")
+    if os.geteuid() == 0:
+        os.lchown(tmp_path / "reports", 4321, 4321)
+        owner = 4321
+    else:  # only root can give a link away: this user becomes someone else instead
+        owner = os.geteuid()
+        monkeypatch.setattr(jobpreflight.os, "geteuid", lambda: owner + 1)
+    code, _, _ = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s3cret"}, need=1)
+    assert list(elsewhere.iterdir()) == []
+    err = capsys.readouterr().err
+    assert (f"cannot write the reports under {tmp_path / 'reports'}: {tmp_path / 'reports'} is a link that uid "
+            f"{owner} made, not this job's user: not followed") in err
+    assert code == EXIT_PASS and (tmp_path / "hosts").read_text() == "gpu01\n"
+    monkeypatch.undo()
+    (tmp_path / "reports").unlink()
+    os.symlink(elsewhere, tmp_path / "reports")  # the user's own link: followed
+    assert one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s3cret"})[0] == EXIT_PASS
+    assert (elsewhere / "latest" / "summary.md").exists()
