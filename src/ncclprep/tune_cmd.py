@@ -30,10 +30,13 @@ change: tune_space, the inventory's layout, --check or --limit), 3 could not run
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import signal
+import stat
 import statistics
 import sys
 import time
@@ -44,6 +47,7 @@ import yaml
 # isort: off
 from ncclprep import REPO_ROOT  # (extends ansible.module_utils.__path__)
 from ansible.module_utils.ncclprep import tuning
+from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.report import load_run
 # isort: on
 from ncclprep.runner import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_COULD_NOT_RUN, EXIT_PASS, run_playbook
@@ -77,6 +81,65 @@ def tuned_path(inventory: str) -> str:
     (inside it when the inventory is a folder, next to it when a file)."""
     inv = os.path.abspath(inventory)
     return os.path.join(inv if os.path.isdir(inv) else os.path.dirname(inv), TUNED_FILE)
+
+
+#: How long a write of the tuned file waits for another tune run's (seconds). The lock is held only to
+#: read, merge and replace that one file, milliseconds; a longer wait means a stuck run.
+LOCK_TIMEOUT_S = 30.0
+
+
+def lock_path(path: str) -> str:
+    """The lock file beside the tuned file ``path``: ``.<name>.lock``, a hidden name Ansible skips in a
+    group_vars folder (ansible-core's DataLoader), so it is never read as variables."""
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.lock")
+
+
+@contextlib.contextmanager
+def tuned_lock(path: str, timeout: float | None = None):
+    """Hold an exclusive ``flock`` on ``lock_path(path)`` (made when missing; its folder must exist),
+    so two tune runs read, merge and replace the tuned file one after the other. Raises TimeoutError
+    naming the lock file when another holds it longer than ``timeout`` seconds (None:
+    LOCK_TIMEOUT_S), OSError when it cannot be opened."""
+    lock = lock_path(path)
+    timeout = LOCK_TIMEOUT_S if timeout is None else timeout
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{lock}: another ncclprep tune held it for {timeout:g} s") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
+
+
+def read_tuned(path: str) -> tuple[str | None, dict]:
+    """The tuned file's text (None: no file) and its variables. Raises ValueError naming the file when
+    it is not YAML or holds something else than a mapping of variable names (a list, a string): the
+    winners cannot be merged into it, and Ansible would refuse it too."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None, {}
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{getattr(exc, 'problem', None) or 'unreadable'}" + (f" at line {mark.line + 1}" if mark else "")
+        raise ValueError(f"{path} is not valid YAML ({where}); fix or remove it") from None
+    if values is None:
+        return text, {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} holds a YAML {type(values).__name__}, not a mapping of variable names to "
+                         "values; fix or remove it")
+    return text, values
 
 
 def tuned_path_problem(inventory: str) -> str | None:
@@ -224,34 +287,49 @@ class Tune:
 
     def write_winners(self, result: dict, by_name: dict) -> str:
         """The winners into ``tuned_path`` (merged with an earlier tune's); the earlier content is kept
-        for ``unwrite``. Returns the path."""
+        for ``unwrite``. Rendered before anything is written, then replaced whole (``write_atomic``)
+        under ``tuned_lock``: a file that cannot take the winners is left as it was. Returns the path;
+        raises StepFailed naming the file when it cannot be read, merged or written."""
         path = tuned_path(self.inventory)
-        self.previous_file = None
-        prev: dict = {}
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as fh:
-                self.previous_file = fh.read()
-            prev = yaml.safe_load(self.previous_file) or {}
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(vars_file_text(result, by_name, prev, self.stamp, self.read["op"],
-                                    float(self.read["min_gain"]), float(self.read["max_loss"])))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with tuned_lock(path):
+                previous, values = read_tuned(path)
+                text = vars_file_text(result, by_name, values, self.stamp, self.read["op"],
+                                      float(self.read["min_gain"]), float(self.read["max_loss"]))
+                mode = stat.S_IMODE(os.stat(path).st_mode) if previous is not None else 0o644
+                write_atomic(path, text, mode=mode)
+        except (OSError, ValueError) as exc:
+            raise StepFailed(f"the winners were not written: {exc}", EXIT_COULD_NOT_RUN) from None
+        self.previous_file, self.written_text = previous, text
         self.record["written"] = path
         return path
 
     def unwrite(self) -> bool:
         """Put the vars file back as it was before this run (removed when there was none); True when
-        this run had written it."""
+        this run had written it. A file changed since (another tune run wrote it) is left as it is,
+        and so is one that cannot be put back: ``record["unwritten"]`` says which. Raises nothing."""
         path = self.record.get("written")
         if not path:
             return False
-        if getattr(self, "previous_file", None) is None:
-            if os.path.exists(path):
-                os.remove(path)
-        else:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(self.previous_file)
-        self.record["unwritten"] = f"{path} put back as it was before this run"
+        try:
+            with tuned_lock(path):
+                try:
+                    with open(path, encoding="utf-8") as fh:
+                        now: str | None = fh.read()
+                except FileNotFoundError:
+                    now = None
+                if now != self.written_text:
+                    said = f"{path} left as it is: it changed or went after this run wrote it (another ncclprep tune?)"
+                elif self.previous_file is None:
+                    os.remove(path)
+                    said = f"{path} put back as it was before this run (removed)"
+                else:
+                    write_atomic(path, self.previous_file, mode=stat.S_IMODE(os.stat(path).st_mode))
+                    said = f"{path} put back as it was before this run"
+        except OSError as exc:  # TimeoutError from the lock too
+            said = f"{path} could not be put back as it was before this run: {exc}"
+        self.record["unwritten"] = said
         self.record["written"] = None
         return True
 

@@ -272,6 +272,70 @@ def test_validate_below_every_run_of_the_winner_fails_the_verification(tmp_path,
     assert "below every tuning run" in out and "the kept settings did not hold in validate.yml" in out
 
 
+def test_a_tuned_file_that_is_no_mapping_is_left_intact_named_and_nothing_is_kept(tmp_path, inventory, monkeypatch,
+                                                                                  capsys):
+    """Review N18: the file was opened for writing (emptied) before the winners were merged into it; a
+    previous file holding a YAML list raised ValueError and was left empty, and unwrite put nothing
+    back. Here the list appears during the runs (another hand, another tune run)."""
+    fake = FakeCluster(tmp_path, {4096: 0.50, 9000: 0.60})
+    tuned = os.path.join(inventory, "group_vars", "all", "ncclprep_tuned.yml")
+    listed = "- nic_mtu_value: 9000\n"
+
+    def edited_mid_run(playbook, inventory_, extra, label, **kw):
+        out = fake(playbook, inventory_, extra, label, **kw)
+        if fake.runs == 10 and not os.path.exists(tuned):
+            os.makedirs(os.path.dirname(tuned))
+            with open(tuned, "w", encoding="utf-8") as fh:
+                fh.write(listed)
+            fake._inventory_value = lambda: fake.inventory_mtu  # the fake reads a mapping only
+        return out
+
+    monkeypatch.setattr(tune_cmd, "run_playbook", edited_mid_run)
+    assert tune_cmd.tune_main(inventory, []) == 3
+    assert open(tuned, encoding="utf-8").read() == listed
+    assert sorted(os.listdir(os.path.dirname(tuned))) == [".ncclprep_tuned.yml.lock", "ncclprep_tuned.yml"]
+    cap = capsys.readouterr()
+    assert (f"ncclprep tune: the winners were not written: {tuned} holds a YAML list, not a mapping of variable "
+            "names to values; fix or remove it") in cap.err
+    assert "put back" not in cap.out and "nothing was kept; the inventory's settings are back in force" in cap.out
+    assert [(p, t) for p, t, _ in fake.calls][-1] == ("site.yml", "nic_mtu") and fake.mtu == 4096
+    assert _record(tmp_path)["status"] == "interrupted" and _record(tmp_path).get("written") is None
+
+
+def _tune_at(inventory: str) -> tune_cmd.Tune:
+    run = tune_cmd.Tune(inventory, [])
+    run.read = {"op": "all_reduce", "min_gain": 0.05, "max_loss": 0.02}
+    return run
+
+
+WON = {"winners": [], "decisions": {}, "vars": {"nic_mtu_value": 9000}}
+
+
+def test_two_tune_runs_write_the_tuned_file_one_after_the_other_and_each_keeps_the_others(inventory, monkeypatch):
+    tuned = tune_cmd.tuned_path(inventory)
+    os.makedirs(os.path.dirname(tuned))
+    with open(tuned, "w", encoding="utf-8") as fh:
+        fh.write("sysctl_tuning_overrides: {net.core.rmem_max: 1}\n")
+    monkeypatch.setattr(tune_cmd, "LOCK_TIMEOUT_S", 0.2)
+    first, second = _tune_at(inventory), _tune_at(inventory)
+    with tune_cmd.tuned_lock(tuned):  # another run in the middle of its write
+        with pytest.raises(tune_cmd.StepFailed, match=r"the winners were not written: .*/\.ncclprep_tuned\.yml\.lock: "
+                                                       r"another ncclprep tune held it for 0\.2 s"):
+            first.write_winners(WON, {})
+    assert yaml.safe_load(open(tuned, encoding="utf-8")) == {"sysctl_tuning_overrides": {"net.core.rmem_max": 1}}
+    assert first.unwrite() is False
+    first.write_winners(WON, {})
+    second.write_winners({"winners": [], "decisions": {}, "vars": {"nccl_env_overrides": {"NCCL_IB_QPS": 2}}}, {})
+    assert yaml.safe_load(open(tuned, encoding="utf-8")) == {
+        "sysctl_tuning_overrides": {"net.core.rmem_max": 1}, "nic_mtu_value": 9000,
+        "nccl_env_overrides": {"NCCL_IB_QPS": 2}}
+    # the first run stopping now does not take the second's winner away with its own
+    assert first.unwrite() is True and "changed or went after this run wrote it" in first.record["unwritten"]
+    assert second.unwrite() is True  # back to what it found: the first run's winner
+    assert yaml.safe_load(open(tuned, encoding="utf-8")) == {
+        "sysctl_tuning_overrides": {"net.core.rmem_max": 1}, "nic_mtu_value": 9000}
+
+
 def test_the_plan_step_reads_each_nodes_value_else_its_roles_default(tmp_path):
     """roles/tune's plan.yml through ansible-playbook (two local hosts): every variable of tuning.READ,
     handed over by the CLI, is read on each node; the inventory's value where it sets one (node2's
