@@ -55,6 +55,7 @@ from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.netutil import missing_keys, open_signed_store
+from ansible.module_utils.ncclprep.report.common import name_ends
 
 #: Where a job's tasks leave their claim (the slurm_health role makes it, mode 1733, root).
 CLAIMS_DIR = "/var/spool/ncclprep/claims"
@@ -71,8 +72,12 @@ MIN_INTERVAL_S = 300.0
 #: Default seconds the first node waits for the others to join (the Epilogs of a job start together).
 JOIN_TIMEOUT_S = 20.0
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
-#: Set by the Epilog for its own second run under the torch runtime: the claim it took and believed.
+#: Set by the Epilog for its own second run under the torch runtime: look in TAKEN_DIR for the claim
+#: the first run took and believed. The variable only says where to look: the claim itself passes
+#: through a root-only file, so a variable in the Epilog's environment skips no check (review N14).
 ENV_TAKEN = "NCCLPREP_CLAIM_TAKEN"
+#: Root's folder (0700) of the claims the Epilog took, for its second run: ``<job id>``, read once.
+TAKEN_DIR = "/var/lib/ncclprep/taken"
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
@@ -149,6 +154,39 @@ def take_claim(job_id: str, uid: int, folder: str = CLAIMS_DIR) -> tuple[dict | 
             pass
 
 
+def hand_over(job_id: str, why: str, folder: str = TAKEN_DIR) -> None:
+    """Leave the claim the Epilog believed (``why``, its one line) for its second run under the
+    torch runtime, in root's folder. Raises OSError or ValueError (not a Slurm job id)."""
+    path = claim_path(job_id, folder)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    write_atomic(path, why[:1024], mode=0o600)
+
+
+def taken_over(job_id: str, folder: str = TAKEN_DIR) -> str | None:
+    """The claim ``hand_over`` left for ``job_id``, removed; None when there is none or it is not
+    root's own (a regular file of this process's user in a folder only it can write). Raises nothing."""
+    try:
+        path = claim_path(job_id, folder)
+        folder_st, st = os.lstat(folder), os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    try:
+        me = os.geteuid()
+        if folder_st.st_uid != me or folder_st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode) or st.st_uid != me:
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read(1024).decode("utf-8", "replace") or None
+    except OSError:
+        return None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def retest_key(secret: bytes, run_id: str) -> str:
     """The re-test's store key: HMAC-SHA256 of ``run_id`` under ``secret`` (the munge key), hex,
     32 characters; every node of the re-test derives the same one, no job's user can."""
@@ -167,13 +205,25 @@ def due(stamp: str, min_interval: float, now: float) -> tuple[bool, float | None
 
 def verdict_of(rows: list[Mapping], host: str, hosts: list[str], run: str) -> dict:
     """This node's network verdict from the re-test's net.* ``rows`` (slurm.node_verdict's shape
-    plus ``run`` and ``scope: network``): FAIL with the failed rows that name ``host`` (a row that
-    names none of ``hosts`` names every one: report.common.host_status), else PASS."""
+    plus ``run`` and ``scope: network``): FAIL with the failed rows that judge ``host``
+    (slurm.judged); UNKNOWN when the run's failures are a fabric or membership fault (slurm.fabric:
+    several nodes blamed at once, a row naming no host such as a store lost or tampered with), or
+    when this node was not measured (a net.run row names it: it did not take part or vanished,
+    which anyone on a member node can feign by deleting a store key; review N4); else PASS."""
     from ansible.module_utils.ncclprep.checks import BAD
-    from ansible.module_utils.ncclprep.report.common import host_status
 
-    failed = [dict(r) for r in rows if r.get("status") in BAD and host_status(r, hosts).get(host) in BAD]
-    return {"status": "FAIL" if failed else "PASS", "failed": failed, "why": None, "run": run, "scope": "network"}
+    base = {"run": run, "scope": "network"}
+    bad = [dict(r) for r in rows if r.get("status") in BAD]
+    why = slurm.fabric([r for r in bad if slurm.is_network(r)])
+    if why:
+        return dict(base, status="UNKNOWN", failed=[], why=f"{why}: a fabric or membership fault, no node's")
+    unmeasured = [r for r in bad if r.get("id") in slurm.NOT_VERDICTS and r.get("hosts")
+                  and any(host in name_ends(str(n)) for n in r["hosts"])]
+    if unmeasured:
+        return dict(base, status="UNKNOWN", failed=[],
+                    why=f"{host} was not measured ({unmeasured[0].get('id')}: {unmeasured[0].get('message')})")
+    failed = slurm.judged(bad, host)
+    return dict(base, status="FAIL" if failed else "PASS", failed=failed, why=None)
 
 
 def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: bool, join_timeout: float,
@@ -240,32 +290,22 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
     return names[rank], taking, rows
 
 
-def act(host: str, verdict: dict, ledger_path: str, ending_job: bool, runner=subprocess_runner) -> str:
-    """Step 4 for this node's Slurm name ``host``: the ledger entry, sinfo, slurm.decide (scope
-    network), scontrol. ``ending_job``: run from the Epilog, where the node is ``completing`` the
-    job that ended (not busy with it: the re-test ran after its processes were gone). Returns the
-    line to print. Raises OSError when the ledger cannot be written."""
-    from ansible.module_utils.ncclprep.nodehealth import COMMAND_TIMEOUT, slurm_view, update_ledger
+def act(host: str, verdict: dict, opts: argparse.Namespace, ending_job: str | None,
+        runner=subprocess_runner) -> str:
+    """Step 4 for this node's Slurm name ``host``: nodehealth.act (the ledger entry, sinfo,
+    slurm.decide with scope network, carry_out). ``ending_job``: the Epilog's job id, whose node is
+    ``completing`` it (busy only while other jobs run there: nodehealth.other_jobs). Returns the
+    line to print. Raises nothing."""
+    from ansible.module_utils.ncclprep.nodehealth import act as act_on
 
-    ledger = update_ledger(ledger_path, host, verdict)
-    nodes, why = slurm_view(host, runner)
-    if nodes is None:
-        return f"{host}: re-test {verdict['status']}; Slurm's view unreadable ({why}): nothing done"
-    info = dict(nodes[host])
-    if ending_job and info.get("state") == "completing":
-        info["busy"] = False
-    decision = slurm.decide(host, info, verdict, ledger, nodes)
-    argv = slurm.scontrol(host, decision)
-    if argv is not None:
-        rc, _, err = runner(argv, COMMAND_TIMEOUT)
-        if rc != 0:
-            return f"{host}: {decision['action']} failed (scontrol exit {rc}: {' '.join(err.split())})"
-    return decision["why"]
+    result = act_on(host, verdict, opts.ledger, runner, window=opts.strike_window, max_drained=opts.max_drained,
+                    ending_job=ending_job)
+    return result["line"]
 
 
 def parser(command: str) -> argparse.ArgumentParser:
     """The options of ``ncclprep node epilog`` or ``ncclprep node retest``."""
-    from ansible.module_utils.ncclprep.nodehealth import LEDGER_FILE
+    from ansible.module_utils.ncclprep.nodehealth import _seconds, add_rule_options
 
     if command == "epilog":
         p = argparse.ArgumentParser(
@@ -274,7 +314,7 @@ def parser(command: str) -> argparse.ArgumentParser:
                         "the network among the job's nodes as root and act on the result (ledger, drain, resume).",
             epilog="exit code: always 0 (Slurm drains a node whose Epilog fails); the line says what happened.")
         p.add_argument("--claims", default=CLAIMS_DIR, help=f"the claims folder (default {CLAIMS_DIR})")
-        p.add_argument("--min-interval", type=float, default=MIN_INTERVAL_S,
+        p.add_argument("--min-interval", type=_seconds, default=MIN_INTERVAL_S,
                        help=f"seconds between two re-tests of this node (default {MIN_INTERVAL_S:g})")
     else:
         p = argparse.ArgumentParser(
@@ -289,12 +329,13 @@ def parser(command: str) -> argparse.ArgumentParser:
                                                       "order on every node (the first hosts the store)")
     p.add_argument("--node", default=None, help="Slurm's name of this node (default $SLURMD_NODENAME, then the "
                                                 "host name)")
-    p.add_argument("--join-timeout", type=float, default=JOIN_TIMEOUT_S,
+    p.add_argument("--join-timeout", type=_seconds, default=JOIN_TIMEOUT_S,
                    help=f"seconds the first node waits for the others (default {JOIN_TIMEOUT_S:g})")
     p.add_argument("--intent", default=nodecheck.INTENT_FILE, help="the intent document")
-    p.add_argument("--ledger", default=LEDGER_FILE, help=f"this node's past verdicts (default {LEDGER_FILE})")
+    add_rule_options(p)
     p.add_argument("--munge-key", default=MUNGE_KEY, help=f"the shared secret (default {MUNGE_KEY})")
     p.add_argument("--stamp", default=STAMP_FILE, help=argparse.SUPPRESS)
+    p.add_argument("--taken", default=TAKEN_DIR, help=argparse.SUPPRESS)
     return p
 
 
@@ -303,16 +344,20 @@ def _say(text: str) -> None:
 
 
 def run(opts: argparse.Namespace, nodes: list[str], me: str, run_id: str, may: bool,
-        ending_job: bool) -> tuple[int, str]:
-    """The re-test and its act for this node: ``(exit code, line)``. Raises nothing."""
+        ending_job: str | None) -> tuple[int, str]:
+    """The re-test and its act for this node: ``(exit code, line)``; ``ending_job``: the Epilog's
+    job id (None for ``node retest``). The rate limit's stamp is written once the re-test ran (a
+    run that could not start uses up no interval: review N13). Raises nothing."""
     try:
         with open(opts.munge_key, "rb") as fh:
             key = retest_key(fh.read(), run_id)
         doc = nodecheck.intent_document(opts.intent)
-        if may:
+        if not isinstance(doc.get("job"), dict):
+            raise CouldNotRun(f"{opts.intent}: no job settings: run site.yml again with this ncclprep")
+        member, taking, rows = retest(doc, nodes, me, run_id, key, may, opts.join_timeout, _say)
+        if may and rows is not None:
             os.makedirs(os.path.dirname(opts.stamp) or ".", mode=0o700, exist_ok=True)
             write_atomic(opts.stamp, f"{run_id}\n", mode=0o600)
-        member, taking, rows = retest(doc, nodes, me, run_id, key, may, opts.join_timeout, _say)
     except (OSError, CouldNotRun, nodecheck.CouldNotRun) as exc:
         return EXIT_COULD_NOT_RUN, f"{me}: UNKNOWN ({exc}): nothing done"
     except Exception as exc:  # noqa: BLE001  (a crash, a store gone mid-run: say so, never a traceback alone)
@@ -322,10 +367,7 @@ def run(opts: argparse.Namespace, nodes: list[str], me: str, run_id: str, may: b
         return EXIT_OK, f"{me}: no re-test ({len(taking)} of {len(nodes)} nodes to re-test): nothing done"
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     verdict = verdict_of(rows, member, taking, f"retest {run_id} {stamp}")
-    try:
-        line = act(me, verdict, opts.ledger, ending_job)
-    except OSError as exc:
-        return EXIT_COULD_NOT_RUN, f"{me}: re-test {verdict['status']}, but the ledger cannot be written ({exc})"
+    line = act(me, verdict, opts, ending_job)
     return (EXIT_FAILED if verdict["status"] == "FAIL" else EXIT_OK), f"{me}: re-test {verdict['status']}: {line}"
 
 
@@ -346,13 +388,20 @@ def main(argv: list[str], command: str = "retest", env: Mapping[str, str] | None
         except ValueError:
             print(f"ncclprep epilog {me}: not run by Slurm's Epilog (no SLURM_JOB_UID): nothing done")
             return EXIT_OK
-        why = env.get(ENV_TAKEN)  # set below by this command before it runs itself again under torch
+        # the second run under torch (set below) takes the claim the first believed from root's folder
+        why = taken_over(job_id, opts.taken) if env.get(ENV_TAKEN) else None
         if not why:
             claim, why = take_claim(job_id, uid, opts.claims)
             if claim is None:
                 print(f"ncclprep epilog {me}: job {job_id}: {why}: nothing to re-test")
                 return EXIT_OK
-            nodecheck.reexec_under_torch(["node", "epilog", *argv], {ENV_TAKEN: why})
+            try:
+                hand_over(job_id, why, opts.taken)
+            except (OSError, ValueError) as exc:
+                print(f"ncclprep epilog {me}: job {job_id}: {why}; cannot hand it over ({exc}): nothing done")
+                return EXIT_OK
+            nodecheck.reexec_under_torch(["node", "epilog", *argv], {ENV_TAKEN: "1"})
+            taken_over(job_id, opts.taken)  # torch is here: this run goes on; the hand-over is not needed
         from ansible.module_utils.ncclprep.jobpreflight import hostnames
 
         try:
@@ -365,7 +414,7 @@ def main(argv: list[str], command: str = "retest", env: Mapping[str, str] | None
             print(f"ncclprep epilog {me}: job {job_id}: {why}; {told}: no re-test with this node")
             return EXIT_OK
         may, age = due(opts.stamp, opts.min_interval, time.time())
-        _, line = run(opts, nodes, me, f"job-{job_id}", may, True)
+        _, line = run(opts, nodes, me, f"job-{job_id}", may, job_id)
         print(f"ncclprep epilog job {job_id}: {why}; {line}")
         return EXIT_OK
     if not _RUN_ID.match(opts.id):
@@ -376,6 +425,6 @@ def main(argv: list[str], command: str = "retest", env: Mapping[str, str] | None
         print(f"ncclprep retest {me}: --nodes={opts.nodes!r}: valid: two or more distinct Slurm names, this node's "
               "among them", file=sys.stderr)
         return EXIT_USAGE
-    code, line = run(opts, nodes, me, opts.id, True, False)
+    code, line = run(opts, nodes, me, opts.id, True, None)
     print(f"ncclprep retest {line}")
     return code

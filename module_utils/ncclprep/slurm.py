@@ -1,25 +1,38 @@
 """Slurm node health: what a verdict of ncclprep does to a node's Slurm state, as pure rules.
 
-The slurm_health concern's HealthCheckProgram and Prolog (issue 25) read the node's state from
-``sinfo``, judge the node (``ncclprep node check``, or a job's preflight), and act through
-``scontrol update``; this module holds every rule between the reading and the command, so that
-they are tested without Slurm. The rules follow NHC's conventions and what users ask of a health
-check (../shared/reviews/slurm.md, sections 3 and 4):
+The slurm_health concern's HealthCheckProgram, Prolog and Epilog (issues 25 and 40) read the
+node's state from ``sinfo``, judge the node (its last ``ncclprep node check``, or root's network
+re-test) and act through ``scontrol update``; this module holds every rule between the reading
+and the command, so that they are tested without Slurm. The rules follow NHC's conventions, what
+users ask of a health check and what peers guard against (../shared/reviews/slurm.md sections 3
+and 4, ../shared/reviews/peers.md, ../shared/reviews/security.md N1-N7):
 
+- **A node's verdict judges that node** (``judged``): only failed rows that name the node itself;
+  never a row that names other hosts only (a member down, a link between two others), never
+  ``names.reachable`` (a member that does not answer is no fault of the node asking) nor
+  ``firewall.ports_free`` (a job's own torchrun or any user's listener on a job port).
 - A drain's reason starts with REASON_PREFIX (``ncclprep:``) and names the check with its
   measured and expected value (NHC: ``NHC: <note>``).
-- Only a node whose reason starts with the prefix is resumed, and only when it passes now; a
-  drain with any other reason (a human's, Slurm's own "Prolog error") is never touched.
-- UNKNOWN (ncclprep itself could not tell: no intent file, a reader crashed, a timeout) neither
-  drains nor resumes (mej/nhc#139 asks for this third outcome).
+- **Only ncclprep's own marks are undone**: a drain is resumed only when its reason starts with
+  the prefix and the node passes now (REPEAT_PREFIX drains never: a person looks at them). A node
+  in any state but idle, allocated, mixed, completing or planned, or with a reason of someone
+  else's (a human's drain, DOWN, FAIL, MAINT, a reservation, Slurm's "Prolog error") is left
+  alone.
+- UNKNOWN (ncclprep could not tell: no record, a timeout, a tampered store, a verdict that blames
+  several nodes at once) neither drains nor resumes (mej/nhc#139 asks for this third outcome).
 - A drain for a network check is resumed only by root's network re-test that passes, a drain for
   the node's own checks only by a node check that passes (network_drain).
-- A node running a job (allocated, mixed, completing, draining) is never drained by a network
-  verdict alone: the job may be what loads the link (soperator waits for DRAIN+ALLOC to be idle).
-- A network verdict drains only on its second strike with another partner: two failures in the
-  ledger (``strikes``) whose other ends differ, so one bad peer cannot drain its partners.
-- A circuit breaker: no run drains a node when ncclprep's drains would then exceed
-  max(1, 10 %) of the nodes (a fabric-wide fault must not empty the cluster).
+- A node running a job is never drained by a network verdict alone: the job may be what loads
+  the link (soperator waits for DRAIN+ALLOC to be idle).
+- **Strikes in a window**: a network verdict drains only on its second strike with another
+  partner (``strikes``) within ``window`` seconds (default STRIKE_WINDOW_S, 24 h as NVSentinel
+  counts repeats), counted after the last recorded pass of root's re-test.
+- **Repeat**: a node that fails again within the window after ncclprep resumed it is drained with
+  REPEAT_PREFIX and left for a person (NVSentinel: the same fault twice in 24 h is hardware).
+- **A circuit breaker** (``limit``): ncclprep holds at most min(max(1, 10 % of the nodes),
+  ``max_drained``) nodes drained (NVSentinel caps by a share and by an absolute count). decide
+  checks the cap on its reading; nodehealth.carry_out makes it hold under concurrency (a mark
+  set before the re-reading: docs/slurm.md says why it holds).
 
 Node states are sinfo's long names (``%T``; Slurm's doc/man/man1/sinfo.1, NODE STATE CODES).
 Pure Python, no Slurm and no Ansible: imported as ``ansible.module_utils.ncclprep.slurm``.
@@ -27,25 +40,50 @@ Pure Python, no Slurm and no Ansible: imported as ``ansible.module_utils.ncclpre
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible.module_utils.ncclprep.report.common import name_ends
+
 #: The start of every reason ncclprep drains with; the only drains it resumes.
 REASON_PREFIX = "ncclprep:"
+#: The start of a drain for a node that failed again within the window after ncclprep resumed it:
+#: ncclprep never resumes it (a person does, with ``scontrol update State=RESUME``).
+REPEAT_PREFIX = "ncclprep: repeat:"
 #: Longest reason written (sinfo -R shows it whole; a short one reads better in its column).
 REASON_MAX = 200
-#: The sinfo format this module parses: ``sinfo --noheader --Node --format '%N|%T|%E'``.
-SINFO_FORMAT = "%N|%T|%E"
+#: The sinfo format this module parses: ``sinfo --noheader --Node --format '%N|%T|%f|%E'``
+#: (name, long state, available features, reason; the reason last since it may hold ``|``).
+SINFO_FORMAT = "%N|%T|%f|%E"
 #: States of a node that runs (or finishes) a job (sinfo %T; draining = allocated and drain).
 BUSY = frozenset({"allocated", "mixed", "completing", "draining"})
 #: States of a drained node, ncclprep's or another's.
 DRAINED = frozenset({"drained", "draining", "drain"})
+#: States in which ncclprep may act on a node that is not drained by it; any other (down, fail,
+#: failing, maint, reserved, future, power states ...) is someone else's (review N7).
+SCHEDULABLE = frozenset({"idle", "allocated", "mixed", "completing", "planned"})
 #: Check ids whose verdict is about the network between nodes (the rest is the node itself).
 NETWORK_PREFIXES = ("net.", "collective.", "torchrun.")
+#: Check ids that never drain the node that reports them (review N1, N3, N4): a member that does
+#: not answer; any listener on a job port (a running job's own torchrun); a node that did not take
+#: part in or vanished from a network run (a store key deleted by anyone on a member node).
+NOT_VERDICTS = frozenset({"names.reachable", "firewall.ports_free", "net.run"})
 #: Distinct partners a network verdict needs in the ledger before it drains.
 STRIKES = 2
+#: Default seconds a strike counts (slurm_health_strike_window): 24 h, as NVSentinel's analyzer.
+STRIKE_WINDOW_S = 86400.0
 #: Share of the nodes ncclprep may hold drained at once (at least one node).
 BREAKER_SHARE = 0.10
+#: Default absolute cap on the nodes ncclprep holds drained at once (slurm_health_max_drained).
+MAX_DRAINED = 8
+#: The node feature a hook sets on its node while it decides to drain (nodehealth.carry_out):
+#: ``ncclprep_draining_<epoch seconds>``; the others count it against the breaker.
+MARK_PREFIX = "ncclprep_draining_"
+#: Seconds after which a mark is a dead hook's and no longer counts: every hook runs under a
+#: deadline well inside it (HealthCheckProgram 45 s, Prolog 9 s; carry_out gives up after
+#: MARK_TTL_S / 2 between its mark and its drain).
+MARK_TTL_S = 300.0
 #: sinfo's suffixes on a state: * not responding, ~ powered off, # powering up, % powering
 #: down, ! pending power down, $ maintenance reservation, @ pending reboot, ^ reboot issued,
 #: - planned (backfill), + more states.
@@ -53,27 +91,29 @@ _SUFFIXES = "*~#%!$@^-+"
 
 
 def parse_sinfo(text: str) -> dict[str, dict]:
-    """``sinfo --noheader --Node --format '%N|%T|%E'`` -> ``{node: {state, responding, drained,
-    busy, reason}}``.
+    """``sinfo --noheader --Node --format '%N|%T|%f|%E'`` -> ``{node: {state, responding, drained,
+    busy, features, reason}}``.
 
     ``state``: the long state without its suffix (``idle``, ``drained``, ``mixed`` ...);
-    ``responding``: False when sinfo marked it ``*``; ``reason``: the text after the second
-    ``|`` (it may hold ``|`` itself), None for ``none``. A node listed once per partition is
-    kept once. Raises ValueError naming a line of another shape.
+    ``responding``: False when sinfo marked it ``*``; ``features``: the available features, a list
+    ([] for ``(null)``); ``reason``: the text after the third ``|`` (it may hold ``|`` itself),
+    None for ``none``. A node listed once per partition is kept once. Raises ValueError naming a
+    line of another shape.
     """
     nodes: dict[str, dict] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        fields = line.split("|", 2)
-        if len(fields) != 3 or not fields[0].strip() or not fields[1].strip():
+        fields = line.split("|", 3)
+        if len(fields) != 4 or not fields[0].strip() or not fields[1].strip():
             raise ValueError(f"sinfo line {n} is not '{SINFO_FORMAT}': {line!r}")
         raw = fields[1].strip().lower()
         state = raw.rstrip(_SUFFIXES)
-        reason = fields[2].strip()
+        features = [f for f in fields[2].strip().split(",") if f and f != "(null)"]
+        reason = fields[3].strip()
         nodes[fields[0].strip()] = {
             "state": state, "responding": "*" not in raw[len(state):],
-            "drained": state in DRAINED, "busy": state in BUSY,
+            "drained": state in DRAINED, "busy": state in BUSY, "features": features,
             "reason": None if reason in ("", "none", "(null)") else reason,
         }
     return nodes
@@ -82,6 +122,37 @@ def parse_sinfo(text: str) -> dict[str, dict]:
 def ours(info: Mapping[str, Any]) -> bool:
     """True when the node is drained with a reason of ncclprep's."""
     return bool(info.get("drained")) and str(info.get("reason") or "").startswith(REASON_PREFIX)
+
+
+def held(info: Mapping[str, Any]) -> bool:
+    """True when the breaker counts the node as held by ncclprep: its reason is ncclprep's,
+    whatever its state (drained, draining, or gone down since: ``down*`` keeps the reason)."""
+    return str(info.get("reason") or "").startswith(REASON_PREFIX)
+
+
+def marked(info: Mapping[str, Any], now: float, ttl: float = MARK_TTL_S) -> bool:
+    """True when the node carries a live MARK_PREFIX feature: a hook on it is deciding to drain it
+    (set at most ``ttl`` seconds before ``now``, epoch seconds)."""
+    for feature in info.get("features") or []:
+        if feature.startswith(MARK_PREFIX):
+            try:
+                if now - int(feature[len(MARK_PREFIX):]) <= ttl:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+def theirs(info: Mapping[str, Any]) -> str | None:
+    """Why the node is someone else's to handle, or None when ncclprep may act on it: a reason
+    that is not ncclprep's (a human's drain or note, Slurm's own), or a state outside SCHEDULABLE
+    and not ncclprep's drain (down, fail, failing, maint, reserved, ...; review N7)."""
+    reason = info.get("reason")
+    if reason and not str(reason).startswith(REASON_PREFIX):
+        return f"{info.get('state')} with a reason of someone else's ({reason!r})"
+    if ours(info) or info.get("state") in SCHEDULABLE:
+        return None
+    return f"{info.get('state')}, a state ncclprep leaves to others"
 
 
 def node_verdict(output: Mapping[str, Any] | None, rc: int | None) -> dict:
@@ -154,15 +225,92 @@ def reason(rows: Iterable[Mapping[str, Any]], host: str) -> str:
     return " ".join(text.split())[:REASON_MAX]
 
 
-def strikes(ledger: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The distinct partners of the network failures in a node's ledger (oldest first, each
-    ``{run, status, network, partners}``): a link's other end, or ``run:<id>`` for a failure that
-    named the node itself (the median over all its pairs, one strike per run)."""
-    seen: set[str] = set()
+def judged(rows: Iterable[Mapping[str, Any]], host: str) -> list[dict]:
+    """The failed or hung rows of ``rows`` that judge ``host`` itself (review N1, N3): a row that
+    names the host (directly or as an end of a link) or names no host at all (a node check's row
+    about the node it ran on); never a row that names other hosts only, nor NOT_VERDICTS."""
+    out = []
+    for row in rows:
+        if row.get("status") not in ("FAIL", "HANG") or row.get("id") in NOT_VERDICTS:
+            continue
+        names = [str(n) for n in row.get("hosts") or []]
+        if not names or any(host in name_ends(n) for n in names):
+            out.append(dict(row))
+    return out
+
+
+def fabric(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why one run's failed network ``rows`` are a fabric or membership fault rather than a node's
+    or a link's, None when they blame at most one node or one link (both directions of it): a row
+    that names no host (the whole run: a store lost or tampered with), several nodes named at
+    once, links with no node in common, or a node named beside a link that does not end at it.
+    Such a verdict drains no one (issue 40 item 2); NOT_VERDICTS rows are left out."""
+    rows = [r for r in rows if r.get("status") in ("FAIL", "HANG") and r.get("id") not in NOT_VERDICTS]
+    if any(not r.get("hosts") for r in rows):
+        return "a network check failed naming no host (the whole run)"
+    nodes, links = set(), set()
+    for row in rows:
+        for name in row.get("hosts") or []:
+            ends = name_ends(str(name))
+            (links.add(frozenset(ends)) if len(ends) == 2 else nodes.add(ends[0]))
+    if not nodes and not links:
+        return None
+    if len(nodes) > 1:
+        return f"one run blames {len(nodes)} nodes at once ({', '.join(sorted(nodes))})"
+    common = set.intersection(*map(set, links)) if links else set(nodes)
+    if not common or not nodes <= common:
+        named = sorted(nodes | {" <-> ".join(sorted(link)) for link in links})
+        return f"one run blames links and nodes with no node in common ({', '.join(named)})"
+    return None
+
+
+def _when(entry: Mapping[str, Any]) -> datetime.datetime | None:
+    try:
+        at = datetime.datetime.fromisoformat(str(entry.get("at")))
+    except ValueError:
+        return None
+    return at if at.tzinfo else None
+
+
+def recent(ledger: Iterable[Mapping[str, Any]], now: datetime.datetime, window: float) -> list[dict]:
+    """The ledger's entries of the last ``window`` seconds before ``now`` (an aware datetime),
+    after the last recorded pass of root's network re-test (scope network); an entry without a
+    time (``at``) counts as outside the window. Oldest first."""
+    out: list[dict] = []
     for entry in ledger:
+        at = _when(entry)
+        if at is None or (now - at).total_seconds() > window:
+            continue
+        if entry.get("status") == "PASS" and entry.get("scope") == "network":
+            out = []
+            continue
+        out.append(dict(entry))
+    return out
+
+
+def strikes(ledger: Iterable[Mapping[str, Any]], now: datetime.datetime | None = None,
+            window: float = STRIKE_WINDOW_S) -> set[str]:
+    """The distinct partners of the network failures in a node's ledger (``{at, run, status,
+    network, partners}``, oldest first) that count now: within ``window`` seconds before ``now``
+    (default: the present) and after the last pass of root's re-test (``recent``). A partner is a
+    link's other end, or ``run:<id>`` for a failure that named the node itself (one per run)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    seen: set[str] = set()
+    for entry in recent(ledger, now, window):
         if entry.get("status") == "FAIL" and entry.get("network"):
             seen.update(entry.get("partners") or [f"run:{entry.get('run')}"])
     return seen
+
+
+def resumed_lately(ledger: Iterable[Mapping[str, Any]], now: datetime.datetime, window: float) -> str | None:
+    """When ncclprep last resumed the node within ``window`` seconds before ``now`` (the ledger's
+    ``{at, event: resumed}`` entries), else None."""
+    last = None
+    for entry in ledger:
+        at = _when(entry)
+        if entry.get("event") == "resumed" and at is not None and (now - at).total_seconds() <= window:
+            last = str(entry.get("at"))
+    return last
 
 
 def network_drain(info: Mapping[str, Any]) -> bool:
@@ -175,67 +323,83 @@ def network_drain(info: Mapping[str, Any]) -> bool:
     return is_network({"id": text[len(REASON_PREFIX):].strip().split(":", 1)[0]})
 
 
-def breaker_limit(total: int) -> int:
-    """How many nodes ncclprep may hold drained at once: max(1, 10 % of ``total``, rounded down)."""
-    return max(1, int(total * BREAKER_SHARE))
+def limit(total: int, max_drained: int = MAX_DRAINED) -> int:
+    """How many nodes ncclprep may hold drained at once: min(max(1, 10 % of ``total`` rounded
+    down), ``max_drained``), and at least 1 (NVSentinel caps by a share and an absolute count)."""
+    return max(1, min(max(1, int(total * BREAKER_SHARE)), int(max_drained)))
+
+
+def holding(cluster: Mapping[str, Mapping[str, Any]], host: str, now: float) -> list[str]:
+    """The nodes other than ``host`` the breaker counts: held by ncclprep (``held``) or marked by a
+    hook deciding to drain them (``marked``), sorted."""
+    return sorted(n for n, row in cluster.items() if n != host and (held(row) or marked(row, now)))
+
+
+def _none(why: str) -> dict:
+    return {"action": "none", "reason": None, "why": why}
 
 
 def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledger: Iterable[Mapping[str, Any]],
-           cluster: Mapping[str, Mapping[str, Any]]) -> dict:
-    """What to do with ``host`` after ``verdict`` (``node_verdict``'s shape).
+           cluster: Mapping[str, Mapping[str, Any]], now: datetime.datetime | None = None,
+           window: float = STRIKE_WINDOW_S, max_drained: int = MAX_DRAINED) -> dict:
+    """What to do with ``host`` after ``verdict`` (``node_verdict``'s shape; its ``failed`` rows are
+    narrowed to ``judged``).
 
     ``verdict`` may say its ``scope``: ``node`` (a node check, the default) or ``network`` (root's
-    re-test); a pass resumes only a drain of its own scope (network_drain).
-    ``info``: the host's row of ``parse_sinfo``; ``ledger``: its past verdicts, oldest first,
-    this one included (``strikes``); ``cluster``: every node's row (the circuit breaker counts
-    ncclprep's drains among them). Returns ``{action, reason, why}``: action ``drain`` (reason:
-    the one to write), ``resume`` or ``none``; ``why`` is one line for the log, naming the rule.
-    Raises ValueError for a verdict status other than PASS, FAIL and UNKNOWN.
+    re-test); a pass resumes only a drain of its own scope (network_drain), never a REPEAT_PREFIX one.
+    ``info``: the host's row of ``parse_sinfo``; ``ledger``: its past verdicts and events, oldest
+    first, this one included (``strikes``, ``resumed_lately``); ``cluster``: every node's row (the
+    breaker counts ``holding``); ``now``: an aware datetime (default the present), ``window``:
+    seconds a strike or a resume counts, ``max_drained``: the breaker's absolute cap (``limit``).
+    Returns ``{action, reason, why}``: action ``drain`` (reason: the one to write), ``resume`` or
+    ``none``; ``why`` is one line for the log, naming the rule. Raises ValueError for a verdict
+    status other than PASS, FAIL and UNKNOWN.
     """
+    now = now or datetime.datetime.now(datetime.timezone.utc)
     status = verdict.get("status")
-    theirs = info.get("drained") and not ours(info)
-    if status == "UNKNOWN":
-        return {"action": "none", "reason": None,
-                "why": f"{host}: UNKNOWN ({verdict.get('why')}): ncclprep neither drains nor resumes"}
-    if status == "PASS":
-        if ours(info):
-            scope = verdict.get("scope") or "node"
-            if (scope == "network") != network_drain(info):
-                what = "root's network re-test" if scope == "network" else "the node check"
-                needs = "the node check" if scope == "network" else "only root's network re-test"
-                return {"action": "none", "reason": None,
-                        "why": f"{host}: passes {what}, but drained for {info['reason']!r}, which {needs} "
-                               "resumes: left drained"}
-            return {"action": "resume", "reason": None, "why": f"{host}: passes now; resumed from {info['reason']!r}"}
-        if theirs:
-            return {"action": "none", "reason": None,
-                    "why": f"{host}: passes, but drained by someone else ({info.get('reason')!r}): left alone"}
-        return {"action": "none", "reason": None, "why": f"{host}: passes"}
-    if status != "FAIL":
+    if status not in ("PASS", "FAIL", "UNKNOWN"):
         raise ValueError(f"{host}: verdict status {status!r}; valid: PASS, FAIL, UNKNOWN")
-    failed = list(verdict.get("failed") or [])
-    if theirs:
-        return {"action": "none", "reason": None,
-                "why": f"{host}: fails, already drained by someone else ({info.get('reason')!r}): left alone"}
+    failed = judged(verdict.get("failed") or [], host) if status == "FAIL" else []
+    if status == "FAIL" and not failed:
+        return _none(f"{host}: fails only checks that do not judge it ("
+                     f"{', '.join(sorted({str(r.get('id')) for r in verdict.get('failed') or []}))}): nothing done")
+    if status == "UNKNOWN":
+        return _none(f"{host}: UNKNOWN ({verdict.get('why')}): ncclprep neither drains nor resumes")
+    other = theirs(info)
+    if other:
+        return _none(f"{host}: {'passes' if status == 'PASS' else 'fails'}, but it is {other}: left alone")
+    if status == "PASS":
+        if not ours(info):
+            return _none(f"{host}: passes")
+        if str(info.get("reason")).startswith(REPEAT_PREFIX):
+            return _none(f"{host}: passes, but drained as a repeat ({info['reason']!r}): left for a person")
+        scope = verdict.get("scope") or "node"
+        if (scope == "network") != network_drain(info):
+            what = "root's network re-test" if scope == "network" else "the node check"
+            needs = "the node check" if scope == "network" else "only root's network re-test"
+            return _none(f"{host}: passes {what}, but drained for {info['reason']!r}, which {needs} "
+                         "resumes: left drained")
+        return {"action": "resume", "reason": None, "why": f"{host}: passes now; resumed from {info['reason']!r}"}
     if ours(info):
-        return {"action": "none", "reason": None, "why": f"{host}: fails, still drained ({info['reason']!r})"}
+        return _none(f"{host}: fails, still drained ({info['reason']!r})")
+    ledger = list(ledger)
     text = reason(failed, host)
-    if failed and all(is_network(r) for r in failed):
+    if all(is_network(r) for r in failed):
         if info.get("busy"):
-            return {"action": "none", "reason": None,
-                    "why": f"{host}: {text[len(REASON_PREFIX):].strip()}; it runs a job ({info.get('state')}), "
-                           "and a network verdict alone never drains a busy node"}
-        seen = strikes(ledger)
+            return _none(f"{host}: {text[len(REASON_PREFIX):].strip()}; it runs a job ({info.get('state')}), "
+                         "and a network verdict alone never drains a busy node")
+        seen = strikes(ledger, now, window)
         if len(seen) < STRIKES:
-            return {"action": "none", "reason": None,
-                    "why": f"{host}: network strike {len(seen)} of {STRIKES} ({', '.join(sorted(seen)) or 'none'}); "
-                           "drains on a failure with another partner"}
-    held = sum(1 for name, row in cluster.items() if name != host and ours(row))
-    limit = breaker_limit(len(cluster))
-    if held + 1 > limit:
-        return {"action": "none", "reason": None,
-                "why": f"{host}: would drain ({text}), but ncclprep holds {held} of {len(cluster)} nodes drained "
-                       f"already (at most {limit}: the circuit breaker)"}
+            return _none(f"{host}: network strike {len(seen)} of {STRIKES} within {window / 3600:g} h "
+                         f"({', '.join(sorted(seen)) or 'none'}); drains on a failure with another partner")
+    again = resumed_lately(ledger, now, window)
+    if again:
+        text = f"{REPEAT_PREFIX} {text[len(REASON_PREFIX):].strip()} (resumed {again})"[:REASON_MAX]
+    others = holding(cluster, host, now.timestamp())
+    cap = limit(len(cluster), max_drained)
+    if len(others) + 1 > cap:
+        return _none(f"{host}: would drain ({text}), but ncclprep holds {len(others)} of {len(cluster)} nodes "
+                     f"({', '.join(others)}) already (at most {cap}: the circuit breaker)")
     return {"action": "drain", "reason": text, "why": f"{host}: drained: {text}"}
 
 
@@ -246,3 +410,11 @@ def scontrol(host: str, decision: Mapping[str, Any]) -> list[str] | None:
     if decision["action"] == "resume":
         return ["scontrol", "update", f"NodeName={host}", "State=RESUME"]
     return None
+
+
+def mark_argv(host: str, features: Iterable[str], mark: str | None) -> list[str]:
+    """The ``scontrol update`` argv that sets the node's available (and active) features to
+    ``features`` without any MARK_PREFIX one, plus ``mark`` when given (nodehealth.carry_out)."""
+    keep = [f for f in features if not f.startswith(MARK_PREFIX)] + ([mark] if mark else [])
+    value = ",".join(keep)
+    return ["scontrol", "update", f"NodeName={host}", f"AvailableFeatures={value}", f"ActiveFeatures={value}"]

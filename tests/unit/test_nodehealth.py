@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import threading
 import time
 
 from ansible.module_utils.ncclprep import nodecheck, nodehealth
@@ -30,18 +31,55 @@ def record(rows, minutes_ago=1.0, host="node2"):
 
 
 class Slurm:
-    """A fake runner: sinfo prints ``rows``; scontrol is recorded and answers ``scontrol_rc``."""
+    """A fake slurmctld: ``sinfo`` prints its nodes (``%N|%T|%f|%E``), ``scontrol update`` changes
+    them (State=DRAIN or RESUME with a reason, AvailableFeatures) one call at a time under a lock,
+    as slurmctld serializes them, and ``peak`` keeps the most nodes ncclprep held drained at once.
+    ``rows``: ``name|state|reason`` lines. ``scontrol_rc`` refuses the State= updates."""
 
-    def __init__(self, rows: str, scontrol_rc: int = 0, sinfo_rc: int = 0):
-        self.rows, self.scontrol_rc, self.sinfo_rc, self.calls = rows, scontrol_rc, sinfo_rc, []
+    def __init__(self, rows: str, scontrol_rc: int = 0, sinfo_rc: int = 0, squeue: str = ""):
+        self.nodes = {}
+        for line in rows.splitlines():
+            name, state, reason = line.split("|", 2)
+            self.nodes[name] = {"state": state, "features": [], "reason": None if reason == "none" else reason}
+        self.scontrol_rc, self.sinfo_rc, self.squeue, self.calls, self.peak = scontrol_rc, sinfo_rc, squeue, [], 0
+        self.lock, self.delay = threading.Lock(), 0.0
+
+    def held(self):
+        return sorted(n for n, v in self.nodes.items() if (v["reason"] or "").startswith("ncclprep:"))
 
     def __call__(self, argv, timeout):
-        self.calls.append(argv)
         assert timeout <= 10
-        if argv[0] == "sinfo":
-            assert argv[1:] == ["--noheader", "--Node", "--format", "%N|%T|%E"]
-            return (self.sinfo_rc, self.rows, "" if self.sinfo_rc == 0 else "slurm_load_node error: Unable to contact")
-        return (self.scontrol_rc, "", "" if self.scontrol_rc == 0 else "Invalid node state specified")
+        time.sleep(self.delay)  # a command's round trip: lets hooks that run at once interleave
+        with self.lock:
+            self.calls.append(argv)
+            if argv[0] == "sinfo":
+                assert argv[1:] == ["--noheader", "--Node", "--format", "%N|%T|%f|%E"]
+                if self.sinfo_rc:
+                    return self.sinfo_rc, "", "slurm_load_node error: Unable to contact"
+                return 0, "".join(f"{n}|{v['state']}|{','.join(v['features']) or '(null)'}|{v['reason'] or 'none'}\n"
+                                  for n, v in self.nodes.items()), ""
+            if argv[0] == "squeue":
+                return 0, self.squeue, ""
+            assert argv[:2] == ["scontrol", "update"]
+            args = dict(a.split("=", 1) for a in argv[2:])
+            node = self.nodes[args["NodeName"]]
+            if "AvailableFeatures" in args:
+                assert args["ActiveFeatures"] == args["AvailableFeatures"]
+                node["features"] = [f for f in args["AvailableFeatures"].split(",") if f]
+                return 0, "", ""
+            if self.scontrol_rc:
+                return self.scontrol_rc, "", "Invalid node state specified"
+            if args["State"] == "DRAIN":
+                node.update(state="draining" if node["state"] in ("allocated", "mixed") else "drained",
+                            reason=args["Reason"])
+            elif args["State"] == "RESUME":
+                node.update(state="allocated" if node["state"] == "draining" else "idle", reason=None)
+            self.peak = max(self.peak, len(self.held()))
+            return 0, "", ""
+
+    def updates(self):
+        """The State= updates, in order (the breaker's marks left out)."""
+        return [c for c in self.calls if c[0] == "scontrol" and any(a.startswith("State=") for a in c)]
 
 
 IDLE = "node1|idle|none\nnode2|idle|none\nnode3|idle|none\n"
@@ -53,21 +91,26 @@ def test_a_failed_check_drains_once_and_a_later_pass_resumes(tmp_path):
     code, line, out = health("node2", record([SYSCTL, PASSING]), ledger, slurm, 900, now=NOW)
     reason = "ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535"
     assert code == 0 and line == f"ncclprep health node2: drained: {reason}"
-    assert slurm.calls[-1] == ["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"]
+    assert slurm.updates() == [["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"]]
+    # the breaker's mark was set before the second reading and is gone again
+    assert [c[0] for c in slurm.calls] == ["sinfo", "scontrol", "sinfo", "scontrol", "scontrol"]
+    assert slurm.calls[1][3].startswith("AvailableFeatures=ncclprep_draining_") and slurm.nodes["node2"]["features"] == []
+    run = (NOW - datetime.timedelta(minutes=1)).isoformat()
     entries = json.loads(open(ledger).read())
-    assert entries == [{"run": (NOW - datetime.timedelta(minutes=1)).isoformat(), "scope": "node", "status": "FAIL",
-                        "network": False, "partners": [], "checks": ["sysctl.net.core.somaxconn"]}]
+    assert entries == [{"at": run, "run": run, "scope": "node", "status": "FAIL", "network": False, "partners": [],
+                        "checks": ["sysctl.net.core.somaxconn"],
+                        "decision": {"action": "drain", "why": f"node2: drained: {reason}"}}]
     assert oct(os.stat(ledger).st_mode & 0o777) == "0o600"
     # the same record again: no second ledger entry; Slurm shows the drain, nothing more to do
-    slurm = Slurm(f"node1|idle|none\nnode2|drained|{reason}\nnode3|idle|none\n")
+    slurm.calls.clear()
     code, line, _ = health("node2", record([SYSCTL, PASSING]), ledger, slurm, 900, now=NOW)
     assert code == 0 and "still drained" in line and len(json.loads(open(ledger).read())) == 1
     assert [c[0] for c in slurm.calls] == ["sinfo"]
-    # fixed: a newer record that passes resumes it
+    # fixed: a newer record that passes resumes it (Slurm read again just before)
     code, line, out = health("node2", record([PASSING], minutes_ago=0.5), ledger, slurm, 900, now=NOW)
-    assert code == 0 and out["decision"]["action"] == "resume"
+    assert code == 0 and out["decision"]["action"] == "resume" and out["done"]
     assert slurm.calls[-1] == ["scontrol", "update", "NodeName=node2", "State=RESUME"]
-    assert [e["status"] for e in json.loads(open(ledger).read())] == ["FAIL", "PASS"]
+    assert [e.get("status") or e["event"] for e in json.loads(open(ledger).read())] == ["FAIL", "PASS", "resumed"]
 
 
 def test_unknown_without_a_fresh_record_or_slurms_view_does_nothing_and_exits_3(tmp_path):
@@ -92,7 +135,7 @@ def test_a_human_drain_is_left_alone_and_a_refused_scontrol_exits_3(tmp_path):
     ledger = str(tmp_path / "ledger.json")
     slurm = Slurm("node1|idle|none\nnode2|drained|maintenance [root@2026-12-05T10:00:00]\n")
     code, line, _ = health("node2", record([PASSING]), ledger, slurm, 900, now=NOW)
-    assert code == 0 and "drained by someone else" in line and [c[0] for c in slurm.calls] == ["sinfo"]
+    assert code == 0 and "a reason of someone else's ('maintenance" in line and [c[0] for c in slurm.calls] == ["sinfo"]
     refused = Slurm(IDLE, scontrol_rc=1)
     code, line, _ = health("node2", record([SYSCTL], minutes_ago=2), ledger, refused, 900, now=NOW)
     assert code == 3 and "drain failed (scontrol exit 1: Invalid node state specified)" in line
@@ -152,11 +195,11 @@ def test_the_prolog_drains_on_a_failure_read_now_and_exits_1_so_slurm_requeues()
     code, line, out = prolog("node2", [IFACE, RESOLVES], None, record([PASSING]), slurm, 900, now=NOW)
     assert code == 1 and line == ("ncclprep prolog node2: drained: ncclprep: data_plane.interface: measured eth0 down, "
                                   "expected up; the job is requeued")
-    assert slurm.calls[-1][:4] == ["scontrol", "update", "NodeName=node2", "State=DRAIN"]
+    assert slurm.updates()[-1][:4] == ["scontrol", "update", "NodeName=node2", "State=DRAIN"]
     # the cached verdict fails (the last node check), the reading now passes: drained too
     slurm = Slurm(IDLE)
     code, line, _ = prolog("node2", [RESOLVES], None, record([SYSCTL]), slurm, 900, now=NOW)
-    assert code == 1 and "sysctl.net.core.somaxconn" in slurm.calls[-1][-1]
+    assert code == 1 and "sysctl.net.core.somaxconn" in slurm.updates()[-1][-1]
     # still failing on a node ncclprep drained already (a job slipped in while draining): requeued, no new drain
     ours = Slurm("node1|idle|none\nnode2|draining|ncclprep: x: measured 1, expected 2\n")
     code, line, _ = prolog("node2", [IFACE], None, None, ours, 900, now=NOW)
@@ -180,8 +223,9 @@ def test_the_prolog_lets_the_job_run_when_it_passes_cannot_tell_or_may_not_drain
     assert code == 0 and "the circuit breaker" in line and [c[0] for c in full.calls] == ["sinfo"]
     # Slurm's view unreadable: UNKNOWN, the job runs
     code, line, _ = prolog("node2", [IFACE], None, None, Slurm("", sinfo_rc=1), 900, now=NOW)
-    assert code == 0 and ("Slurm's view is unreadable (slurm_load_node error: Unable to contact): UNKNOWN, "
-                          "the job runs") in line
+    assert code == 0 and line == (
+        "ncclprep prolog node2: fails (ncclprep: data_plane.interface: measured eth0 down, expected up), but UNKNOWN "
+        "(Slurm's view unreadable: slurm_load_node error: Unable to contact): nothing done: the job runs")
 
 
 def test_the_prologs_reading_without_an_intent_is_unknown_in_time(tmp_path):
@@ -199,14 +243,146 @@ def test_report_history_prints_the_ledger_and_the_strikes_that_count(tmp_path, c
         update_ledger(str(ledger), "node2", record_verdict(record(rows, minutes), 900, NOW))
     assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 and lines[0].split() == ["run", "scope", "verdict", "network", "partners", "checks"]
-    assert lines[1].split()[1:] == ["node", "FAIL", "yes", "node3", "net.bandwidth"]
-    assert lines[2].split()[1:] == ["node", "PASS", "no", "-", "-"]
-    assert lines[3].split()[1:] == ["node", "FAIL", "yes", "node1", "net.bandwidth"]
-    assert lines[4] == ("node2: 3 verdicts; network strikes 2 (node1, node3): a drain needs 2 with different "
-                        "partners")
+    assert len(lines) == 5 and lines[0].split() == ["at", "scope", "verdict", "network", "partners", "checks",
+                                                    "action:", "rule"]
+    assert lines[1].split()[1:] == ["node", "FAIL", "yes", "node3", "net.bandwidth", "-:", "-"]
+    assert lines[2].split()[1:] == ["node", "PASS", "no", "-", "-", "-:", "-"]
+    assert lines[3].split()[1:] == ["node", "FAIL", "yes", "node1", "net.bandwidth", "-:", "-"]
+    assert lines[4].startswith("node2: 3 entries; network strikes now ")
     assert nodecheck.main(["report", "--history", "--ledger", str(tmp_path / "none")]) == 0
     assert "no verdicts in the ledger yet" in capsys.readouterr().out
     ledger.write_text("{not json")
     assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 3
     assert f"cannot read {ledger}" in capsys.readouterr().out
+
+
+# Issue 40 (../shared/reviews/security.md at 64ebd4f): each finding as a fault.
+
+def many(n: int) -> Slurm:
+    return Slurm("".join(f"node{i}|idle|none\n" for i in range(1, n + 1)))
+
+
+def test_twenty_health_checks_at_once_drain_at_most_the_breakers_cap(tmp_path):
+    """N2: Slurm runs HealthCheckProgram on every node at once; every record fails (a fabric-wide
+    fault). 64ebd4f drained 20 of 20 against a cap of 2; the mark held before the second reading
+    keeps ncclprep at 2 at every moment (the fake serializes scontrol as slurmctld does)."""
+    for attempt in range(3):
+        slurm = many(20)
+        slurm.delay = 0.02
+        barrier = threading.Barrier(20)
+        results = {}
+
+        def one(i):
+            barrier.wait()
+            results[i] = health(f"node{i}", record([dict(SYSCTL, hosts=[f"node{i}"])], host=f"node{i}"),
+                                str(tmp_path / f"{attempt}-{i}.json"), slurm, 900, now=NOW)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(1, 21)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(results) == 20 and all(code in (0, 3) for code, _, _ in results.values())
+        assert slurm.peak <= 2 and 1 <= len(slurm.held()) <= 2, (slurm.peak, slurm.held())
+        # no mark is left behind
+        assert all(not v["features"] for v in slurm.nodes.values())
+        held_back = [line for _, line, _ in results.values() if "the circuit breaker" in line]
+        assert len(held_back) + len(slurm.held()) <= 20 and held_back
+
+
+def test_a_drain_is_held_back_by_another_hooks_live_mark_and_by_the_absolute_cap(tmp_path):
+    slurm = many(40)  # 10 % is 4
+    slurm.nodes["node9"]["features"] = [f"ncclprep_draining_{int(time.time())}"]
+    for n in ("node5", "node6", "node7"):
+        slurm.nodes[n].update(state="drained", reason="ncclprep: x: measured 1, expected 2")
+    code, line, _ = health("node1", record([dict(SYSCTL, hosts=["node1"])], host="node1"), str(tmp_path / "l.json"),
+                           slurm, 900, now=NOW)
+    assert "holds 4 of 40 nodes (node5, node6, node7, node9) already (at most 4" in line and not slurm.updates()
+    slurm.nodes["node9"]["features"] = []
+    code, line, _ = health("node1", record([dict(SYSCTL, hosts=["node1"])], host="node1"), str(tmp_path / "m.json"),
+                           slurm, 900, now=NOW, max_drained=3)
+    assert "(at most 3: the circuit breaker)" in line and not slurm.updates()
+
+
+def test_a_member_down_or_a_jobs_listener_drains_neither_in_the_health_check_nor_the_prolog(tmp_path):
+    """N1 and N3 through the hooks: node3 down fails names.reachable on node2; a job's torchrun on
+    29400 fails firewall.ports_free on the allocated node2. Nothing is drained, the job runs."""
+    reach = {"id": "names.reachable", "status": "FAIL", "hosts": ["node3"], "measured": {"node3": "unreachable"},
+             "expected": "connects", "message": "node2 -> node3 unreachable"}
+    ports = {"id": "firewall.ports_free", "status": "FAIL", "hosts": ["node2"],
+             "measured": {"node2": {"29400": "torchrun (pid 77)"}}, "expected": "free", "message": "held"}
+    slurm = Slurm("node1|idle|none\nnode2|allocated|none\nnode3|down*|Not responding\n")
+    code, line, _ = health("node2", record([reach, ports]), str(tmp_path / "l.json"), slurm, 900, now=NOW)
+    assert code == 0 and "fails only checks that do not judge it" in line and not slurm.updates()
+    code, line, _ = prolog("node2", [RESOLVES], None, record([reach, ports]), slurm, 900, now=NOW,
+                           ledger_path=str(tmp_path / "l.json"))
+    assert code == 0 and line == "ncclprep prolog node2: passes: the job runs" and not slurm.updates()
+
+
+def test_a_human_who_drains_between_the_reading_and_the_resume_keeps_the_drain(tmp_path):
+    """N7's window: Slurm read, then a person drains with their own reason, then the resume would run."""
+    reason = "ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535"
+    slurm = Slurm(f"node1|idle|none\nnode2|drained|{reason}\n")
+    first = []
+
+    def runner(argv, timeout):
+        out = slurm(argv, timeout)
+        if argv[0] == "sinfo" and not first:
+            first.append(1)
+            slurm.nodes["node2"]["reason"] = "admin: reseating the NIC"
+        return out
+
+    code, line, out = health("node2", record([PASSING]), str(tmp_path / "l.json"), runner, 900, now=NOW)
+    assert not out["done"] and "changed since it was read" in line and not slurm.updates()
+    assert slurm.nodes["node2"]["reason"] == "admin: reseating the NIC"
+
+
+def test_a_node_that_fails_again_after_ncclprep_resumed_it_is_left_drained_for_a_person(tmp_path):
+    ledger = str(tmp_path / "l.json")
+    slurm = Slurm(IDLE)
+    health("node2", record([SYSCTL], minutes_ago=30), ledger, slurm, 3600, now=NOW)
+    health("node2", record([PASSING], minutes_ago=20), ledger, slurm, 3600, now=NOW)
+    assert slurm.nodes["node2"]["reason"] is None
+    code, line, _ = health("node2", record([SYSCTL], minutes_ago=10), ledger, slurm, 3600, now=NOW)
+    assert slurm.nodes["node2"]["reason"].startswith("ncclprep: repeat: sysctl.net.core.somaxconn")
+    code, line, _ = health("node2", record([PASSING], minutes_ago=1), ledger, slurm, 3600, now=NOW)
+    assert "left for a person" in line and slurm.nodes["node2"]["state"] == "drained"
+
+
+def test_two_writers_of_the_ledger_at_once_keep_both_entries(tmp_path):
+    """N12: the health check and the Epilog wrote the ledger at once and a strike was lost."""
+    path = str(tmp_path / "ledger.json")
+    for round_ in range(5):
+        barrier = threading.Barrier(2)
+
+        def write(k):
+            barrier.wait()
+            update_ledger(path, "node2", dict(record_verdict(record([SYSCTL], minutes_ago=k + round_ * 2), 3600, NOW)))
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in (0.1, 0.2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    assert len(json.loads(open(path).read())) == 10
+
+
+def test_the_hooks_refuse_nan_seconds_and_the_history_skips_an_entry_of_another_shape(tmp_path, capsys):
+    """N19: --max-age nan was accepted; an entry {"checks": [1]} ended report --history in a traceback."""
+    for opt in ("--max-age", "--refresh-after", "--strike-window"):
+        assert nodehealth.main([opt, "nan", "--node", "n", "--record", str(tmp_path / "r")]) == 2
+    assert nodehealth.main(["--max-drained", "0"]) == 2
+    ledger = tmp_path / "ledger.json"
+    ledger.write_text('[{"checks": [1]}, {"at": "2026-12-05T18:00:00+00:00", "run": "r", "status": "PASS"}]')
+    assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 0
+    assert "1 entry" in capsys.readouterr().out
+
+
+def test_a_background_node_check_is_killed_before_the_next_may_start(tmp_path, monkeypatch):
+    """N16: a hung node check got a new sibling every interval; each now runs under a deadline
+    shorter than the lock's life."""
+    started = []
+    monkeypatch.setattr(nodehealth.subprocess, "Popen", lambda argv, **kw: started.append(argv))
+    assert refresh(str(tmp_path / "rec.json"), 240, age_s=None, command=["sleep", "1000"]) is True
+    argv = started[0]
+    assert argv[argv.index("timeout"):] == ["timeout", "-k", "5", "235", "sleep", "1000"]

@@ -6,6 +6,7 @@ sinfo and scontrol stand-ins on PATH. The Slurm cluster's own run is the integra
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing
 import os
@@ -90,40 +91,64 @@ def test_this_nodes_verdict_is_the_failed_rows_that_name_it():
     v = verdict_of([BANDWIDTH, PASSING], "n1", hosts, "retest job-7 t")
     assert v == {"status": "PASS", "failed": [], "why": None, "run": "retest job-7 t", "scope": "network"}
     assert [verdict_of([link], h, hosts, "r")["status"] for h in hosts] == ["FAIL", "FAIL", "PASS"]
-    unnamed = dict(BANDWIDTH, status="HANG", hosts=[])  # names no host of the run: every one
-    assert {verdict_of([unnamed], h, hosts, "r")["status"] for h in hosts} == {"FAIL"}
+    # a row that names no host (the whole run, a store lost or tampered with) and a run that blames
+    # several nodes at once are a fabric or membership fault: UNKNOWN for every node (issue 40, N4)
+    unnamed = dict(BANDWIDTH, status="HANG", hosts=[])
+    assert {verdict_of([unnamed], h, hosts, "r")["status"] for h in hosts} == {"UNKNOWN"}
+    two = dict(BANDWIDTH, hosts=["n2", "n3"])
+    got = verdict_of([two], "n3", hosts, "r")
+    assert got["status"] == "UNKNOWN" and got["why"] == (
+        "one run blames 2 nodes at once (n2, n3): a fabric or membership fault, no node's")
+    # a node named by net.run (never arrived, gone: a deleted store key feigns it) was not measured
+    gone = {"id": "net.run", "status": "HANG", "hosts": ["n3"], "message": "n3 never arrived"}
+    assert verdict_of([gone], "n3", hosts, "r")["status"] == "UNKNOWN"
+    assert verdict_of([gone], "n1", hosts, "r")["status"] == "PASS"
 
 
 class Slurm:
-    """sinfo prints ``rows``; scontrol calls are kept."""
+    """sinfo prints ``rows`` (``name|state|reason``, no features); squeue lists ``jobs``; scontrol
+    calls are kept."""
 
-    def __init__(self, rows: str):
-        self.rows, self.calls = rows, []
+    def __init__(self, rows: str, jobs: str = ""):
+        self.rows, self.jobs, self.calls = rows, jobs, []
 
     def __call__(self, argv, timeout):
         self.calls.append(argv)
-        return (0, self.rows, "") if argv[0] == "sinfo" else (0, "", "")
+        if argv[0] == "sinfo":
+            return 0, "".join(f"{n}|{st}|(null)|{r}\n" for n, st, r in (x.split("|") for x in self.rows.splitlines())), ""
+        return (0, self.jobs, "") if argv[0] == "squeue" else (0, "", "")
+
+    def updates(self):
+        return [c for c in self.calls if c[0] == "scontrol" and any(a.startswith("State=") for a in c)]
+
+
+def opts(ledger, **kw):
+    return argparse.Namespace(ledger=ledger, strike_window=kw.get("window", 86400.0), max_drained=8)
 
 
 def test_the_epilogs_verdict_drains_on_the_second_strike_and_only_a_network_pass_resumes(tmp_path):
     """A blame of the node itself is one strike per re-test; the Epilog's node is ``completing`` the
-    job that ended, which is no job running on it; the second strike drains; a node check's pass
-    leaves the network drain, a network pass resumes it."""
+    job that ended, which is no job running on it when no other job runs there (squeue); the
+    second strike drains; a node check's pass leaves the network drain, a network pass resumes it."""
     ledger = str(tmp_path / "ledger.json")
     hosts = ["n1", "n2", "n3"]
     rows = "n1|completing|none\nn2|completing|none\nn3|completing|none\n"
     first = Slurm(rows)
-    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-7 a"), ledger, True, first)
-    assert line == "n3: network strike 1 of 2 (run:retest job-7 a); drains on a failure with another partner"
-    assert len(first.calls) == 1
+    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-7 a"), opts(ledger), "7", first)
+    assert line == "n3: network strike 1 of 2 within 24 h (run:retest job-7 a); drains on a failure with another partner"
+    assert [c[0] for c in first.calls] == ["sinfo", "squeue"]
     busy = Slurm("n1|allocated|none\nn2|allocated|none\nn3|allocated|none\n")
-    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest x b"), ledger, False, busy)
+    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest x b"), opts(ledger), None, busy)
     assert "never drains a busy node" in line and len(busy.calls) == 1
-    second = Slurm(rows)
-    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-9 c"), ledger, True, second)
+    # N6: a shared node completing job 9 while job 12 still runs there is busy: no drain
+    shared = Slurm(rows, jobs="9\n12\n")
+    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-9 s"), opts(ledger), "9", shared)
+    assert "never drains a busy node" in line and not shared.updates()
+    second = Slurm(rows, jobs="9\n")
+    line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-9 c"), opts(ledger), "9", second)
     reason = "ncclprep: net.bandwidth: measured 0.02, expected >= 0.5 of the median"
     assert line == f"n3: drained: {reason}"
-    assert second.calls[-1] == ["scontrol", "update", "NodeName=n3", "State=DRAIN", f"Reason={reason}"]
+    assert second.updates() == [["scontrol", "update", "NodeName=n3", "State=DRAIN", f"Reason={reason}"]]
     drained = Slurm(f"n1|idle|none\nn2|idle|none\nn3|drained|{reason}\n")
     from ansible.module_utils.ncclprep import nodehealth
 
@@ -131,12 +156,20 @@ def test_the_epilogs_verdict_drains_on_the_second_strike_and_only_a_network_pass
                                       ledger, drained, 900)
     assert code == 0 and "which only root's network re-test resumes: left drained" in line
     assert len(drained.calls) == 1
-    line = retest.act("n3", verdict_of([PASSING], "n3", hosts, "retest fixed d"), ledger, False, drained)
+    line = retest.act("n3", verdict_of([PASSING], "n3", hosts, "retest fixed d"), opts(ledger), None, drained)
     assert line == f"n3: passes now; resumed from {reason!r}"
     assert drained.calls[-1] == ["scontrol", "update", "NodeName=n3", "State=RESUME"]
     entries = json.loads(open(ledger).read())
-    assert [(e["scope"], e["status"]) for e in entries] == [("network", "FAIL")] * 3 + [("node", "PASS"),
-                                                                                       ("network", "PASS")]
+    assert [(e.get("scope"), e.get("status") or e.get("event")) for e in entries] == [
+        ("network", "FAIL")] * 4 + [("node", "PASS"), ("network", "PASS"), (None, "resumed")]
+    # two network failures two days apart: no drain (the first is out of the window)
+    old = str(tmp_path / "old.json")
+    two_days = (nodehealth._now() - __import__("datetime").timedelta(days=2)).isoformat()
+    nodehealth.write_ledger(old, [{"at": two_days, "run": "retest job-1 x", "scope": "network", "status": "FAIL",
+                                   "network": True, "partners": ["n1"], "checks": ["net.bandwidth"]}])
+    link = dict(BANDWIDTH, hosts=["n2 -> n3"])
+    line = retest.act("n3", verdict_of([link], "n3", hosts, "retest job-2 y"), opts(old), "2", Slurm(rows))
+    assert "network strike 1 of 2 within 24 h (n2)" in line
 
 
 def test_the_epilog_without_slurms_variables_or_a_claim_does_nothing_and_exits_0(tmp_path, capsys):
@@ -197,7 +230,7 @@ def _epilogs(tmp_path, ctx, min_interval: float, with_claim: dict) -> dict:
         args = ["--claims", str(base / "claims"), "--intent", str(tmp_path / "intent.json"),
                 "--ledger", str(base / "ledger.json"), "--stamp", str(base / "stamp"),
                 "--munge-key", str(tmp_path / "munge.key"), "--min-interval", str(min_interval),
-                "--join-timeout", "5"]
+                "--join-timeout", "5", "--taken", str(base / "taken")]
         env = {"SLURM_JOB_ID": "77", "SLURM_JOB_UID": str(os.getuid()), "SLURM_NODELIST": ",".join(HOSTS),
                "SLURMD_NODENAME": host}
         procs.append(ctx.Process(target=_node, args=(str(tmp_path), host, args, env, queue)))
@@ -223,10 +256,11 @@ def test_three_nodes_epilogs_re_test_as_root_once_per_interval_and_a_node_withou
                     "job": _settings(store, listen)}))
     (tmp_path / "munge.key").write_bytes(os.urandom(64))
     (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "sinfo").write_text("#!/bin/sh\nprintf 'n1|completing|none\\nn2|completing|none\\n"
-                                            "n3|completing|none\\n'\n")
+    (tmp_path / "bin" / "sinfo").write_text("#!/bin/sh\nprintf 'n1|completing|(null)|none\\n"
+                                            "n2|completing|(null)|none\\nn3|completing|(null)|none\\n'\n")
+    (tmp_path / "bin" / "squeue").write_text("#!/bin/sh\necho 77\n")
     (tmp_path / "bin" / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/scontrol.log\n")
-    for tool in ("sinfo", "scontrol"):
+    for tool in ("sinfo", "scontrol", "squeue"):
         os.chmod(tmp_path / "bin" / tool, 0o755)
     for host in HOSTS:
         (tmp_path / host / "claims").mkdir(parents=True)
@@ -274,3 +308,31 @@ def test_missing_keys_names_the_late_ones_after_the_deadline_and_none_once_all_a
     start = time.monotonic()
     assert missing_keys(store, ["a", "c", "d"], 0.5) == ["c", "d"]
     assert 0.5 <= time.monotonic() - start < 3
+
+
+def test_the_taken_variable_alone_skips_no_claim_check_and_a_run_that_cannot_start_writes_no_stamp(tmp_path, capsys):
+    """N14: NCCLPREP_CLAIM_TAKEN in the Epilog's environment skipped every claim check; the claim
+    now passes through root's own folder. N13: the rate limit's stamp was written before the
+    re-test ran, so a run that could not start (or a forged claim) used up the interval."""
+    (tmp_path / "claims").mkdir()
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_UID": str(os.getuid()), "SLURM_NODELIST": "n1,n2",
+           "SLURMD_NODENAME": "n1", retest.ENV_TAKEN: "job 42 claims net.bandwidth"}
+    args = ["--claims", str(tmp_path / "claims"), "--taken", str(tmp_path / "taken"), "--stamp",
+            str(tmp_path / "stamp"), "--intent", str(tmp_path / "intent.json"), "--ledger", str(tmp_path / "l.json")]
+    assert retest.main(args, "epilog", env) == 0
+    assert capsys.readouterr().out.strip() == "ncclprep epilog n1: job 42: no claim: nothing to re-test"
+    # a hand-over in a folder others may write is not believed either
+    retest.hand_over("42", "job 42 claims net.bandwidth", str(tmp_path / "taken"))
+    assert retest.taken_over("42", str(tmp_path / "taken")) == "job 42 claims net.bandwidth"
+    assert retest.taken_over("42", str(tmp_path / "taken")) is None  # read once
+    retest.hand_over("42", "x", str(tmp_path / "taken"))
+    os.chmod(tmp_path / "taken", 0o777)
+    assert retest.taken_over("42", str(tmp_path / "taken")) is None
+    # N13: no job settings in the intent: UNKNOWN, exit 3, no stamp, and the path named is --intent's
+    (tmp_path / "intent.json").write_text(json.dumps({"version": nodecheck.INTENT_VERSION, "host": "n1", "node": {},
+                                                      "readers": {}, "intent": {}}))
+    (tmp_path / "key").write_bytes(b"k" * 32)
+    code = retest.main(["--id", "fix1", "--nodes", "n1,n2", "--node", "n1", "--munge-key", str(tmp_path / "key"),
+                        *args[4:]], "retest", {})
+    assert code == 3 and not (tmp_path / "stamp").exists()
+    assert f"{tmp_path / 'intent.json'}: no job settings" in capsys.readouterr().out

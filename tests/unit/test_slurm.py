@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from ansible.module_utils.ncclprep.slurm import (
-    breaker_limit,
     decide,
+    fabric,
+    holding,
+    judged,
+    limit,
+    mark_argv,
+    marked,
     network_drain,
     node_verdict,
     parse_sinfo,
@@ -15,16 +22,16 @@ from ansible.module_utils.ncclprep.slurm import (
     strikes,
 )
 
-# sinfo --noheader --Node --format '%N|%T|%E' on a cluster with two partitions (node1 listed twice),
-# a human's drain, ncclprep's drain, a node draining under a job and one not responding.
-SINFO = """node1|idle|none
-node1|idle|none
-node2|drained|maintenance: new PSU [root@2026-12-05T10:00:00]
-node3|drained|ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535
-node4|draining|ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 of the median
-node5|mixed|none
-node6|idle*|Not responding
-node7|allocated|none
+# sinfo --noheader --Node --format '%N|%T|%f|%E' on a cluster with two partitions (node1 listed twice),
+# a human's drain, ncclprep's drain, a node draining under a job, one not responding, features.
+SINFO = """node1|idle|(null)|none
+node1|idle|(null)|none
+node2|drained|gpu,a100|maintenance: new PSU [root@2026-12-05T10:00:00]
+node3|drained|(null)|ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535
+node4|draining|ncclprep_draining_1765000000|ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 | median
+node5|mixed|(null)|none
+node6|idle*|(null)|Not responding
+node7|allocated|(null)|none
 """
 
 SYSCTL = {"id": "sysctl.net.core.somaxconn", "status": "FAIL", "hosts": ["node1"],
@@ -33,10 +40,19 @@ BANDWIDTH = {"id": "net.bandwidth", "status": "FAIL", "hosts": ["node1 -> node5"
              "measured": 0.02, "expected": ">= 0.1 of the median"}
 
 
+NOW = datetime.datetime(2026, 12, 6, 12, 0, tzinfo=datetime.timezone.utc)
+
+
+def entry(run, hours_ago, partners, status="FAIL", scope="network"):
+    """A ledger entry of a network verdict ``hours_ago`` before NOW."""
+    at = (NOW - datetime.timedelta(hours=hours_ago)).isoformat()
+    return {"at": at, "run": run, "scope": scope, "status": status, "network": True, "partners": partners}
+
+
 def cluster(**rows):
     """Ten nodes, all idle, with the given rows over them."""
-    out = {f"node{i}": {"state": "idle", "responding": True, "drained": False, "busy": False, "reason": None}
-           for i in range(1, 11)}
+    out = {f"node{i}": {"state": "idle", "responding": True, "drained": False, "busy": False, "features": [],
+                        "reason": None} for i in range(1, 11)}
     out.update(rows)
     return out
 
@@ -44,12 +60,15 @@ def cluster(**rows):
 def test_sinfo_rows_read_state_suffix_reason_and_a_node_listed_per_partition_once():
     nodes = parse_sinfo(SINFO)
     assert list(nodes) == [f"node{i}" for i in range(1, 8)]
-    assert nodes["node1"] == {"state": "idle", "responding": True, "drained": False, "busy": False, "reason": None}
+    assert nodes["node1"] == {"state": "idle", "responding": True, "drained": False, "busy": False, "features": [],
+                              "reason": None}
     assert nodes["node2"]["drained"] and nodes["node2"]["reason"] == "maintenance: new PSU [root@2026-12-05T10:00:00]"
+    assert nodes["node2"]["features"] == ["gpu", "a100"]
     assert nodes["node4"]["drained"] and nodes["node4"]["busy"]
+    assert nodes["node4"]["reason"] == "ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 | median"
     assert nodes["node5"]["busy"] and not nodes["node5"]["drained"]
     assert nodes["node6"]["state"] == "idle" and nodes["node6"]["responding"] is False
-    with pytest.raises(ValueError, match="sinfo line 1 is not '%N|%T|%E': 'node1 idle'"):
+    with pytest.raises(ValueError, match="sinfo line 1 is not '%N|%T|%f|%E': 'node1 idle'"):
         parse_sinfo("node1 idle\n")
 
 
@@ -91,7 +110,7 @@ def test_a_node_check_failure_drains_with_its_reason_and_a_pass_resumes_only_our
     human = dict(nodes["node1"], state="drained", drained=True, reason="maintenance")
     for verdict in ({"status": "PASS"}, {"status": "FAIL", "failed": [SYSCTL]}):
         kept = decide("node1", human, verdict, [], nodes)
-        assert kept["action"] == "none" and "someone else ('maintenance'): left alone" in kept["why"]
+        assert kept["action"] == "none" and "a reason of someone else's ('maintenance'): left alone" in kept["why"]
     # a node-local failure drains a busy node too (Slurm lets its job finish: draining)
     busy = dict(nodes["node1"], state="mixed", busy=True)
     assert decide("node1", busy, {"status": "FAIL", "failed": [SYSCTL]}, [], nodes)["action"] == "drain"
@@ -110,20 +129,20 @@ def test_unknown_neither_drains_nor_resumes():
 def test_a_network_verdict_drains_on_a_second_strike_with_another_partner_and_never_a_busy_node():
     nodes = cluster()
     verdict = {"status": "FAIL", "failed": [dict(BANDWIDTH, hosts=["node1 -> node5"])]}
-    first = [{"run": "a", "status": "FAIL", "network": True, "partners": ["node5"]}]
-    got = decide("node1", nodes["node1"], verdict, first, nodes)
-    assert got["action"] == "none" and "network strike 1 of 2 (node5)" in got["why"]
-    same = first + [{"run": "b", "status": "FAIL", "network": True, "partners": ["node5"]}]
-    assert decide("node1", nodes["node1"], verdict, same, nodes)["action"] == "none"  # the same peer twice
-    other = same + [{"run": "c", "status": "FAIL", "network": True, "partners": ["node7"]}]
-    assert decide("node1", nodes["node1"], verdict, other, nodes)["action"] == "drain"
+    first = [entry("a", 3, ["node5"])]
+    got = decide("node1", nodes["node1"], verdict, first, nodes, NOW)
+    assert got["action"] == "none" and "network strike 1 of 2 within 24 h (node5)" in got["why"]
+    same = first + [entry("b", 2, ["node5"])]
+    assert decide("node1", nodes["node1"], verdict, same, nodes, NOW)["action"] == "none"  # the same peer twice
+    other = same + [entry("c", 1, ["node7"])]
+    assert decide("node1", nodes["node1"], verdict, other, nodes, NOW)["action"] == "drain"
     busy = dict(nodes["node1"], state="allocated", busy=True)
-    held = decide("node1", busy, verdict, other, nodes)
+    held = decide("node1", busy, verdict, other, nodes, NOW)
     assert held["action"] == "none" and "never drains a busy node" in held["why"]
     # a blame of the node itself (no link): one strike per run
-    runs = [{"run": r, "status": "FAIL", "network": True, "partners": []} for r in ("a", "b")]
-    assert strikes(runs[:1]) == {"run:a"} and strikes(runs) == {"run:a", "run:b"}
-    assert strikes([{"run": "a", "status": "PASS", "network": True, "partners": ["node5"]}]) == set()
+    runs = [entry(r, 1, []) for r in ("a", "b")]
+    assert strikes(runs[:1], NOW) == {"run:a"} and strikes(runs, NOW) == {"run:a", "run:b"}
+    assert strikes([dict(entry("a", 1, ["node5"]), status="PASS")], NOW) == set()
 
 
 def test_a_network_reason_shows_this_hosts_part_of_a_nested_measurement():
@@ -160,15 +179,119 @@ def test_a_pass_resumes_only_a_drain_of_its_own_scope():
 
 
 def test_the_circuit_breaker_stops_draining_at_ten_percent():
-    assert [breaker_limit(n) for n in (1, 9, 10, 19, 20, 1000)] == [1, 1, 1, 1, 2, 100]
+    assert [limit(n, 1000) for n in (1, 9, 10, 19, 20, 1000)] == [1, 1, 1, 1, 2, 100]
     held = dict(state="drained", responding=True, drained=True, busy=False,
                 reason="ncclprep: a: measured 1, expected 2")
     nodes = cluster(node2=held)
     got = decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [], nodes)
     assert got["action"] == "none"
-    assert "ncclprep holds 1 of 10 nodes drained already (at most 1: the circuit breaker)" in got["why"]
+    assert "ncclprep holds 1 of 10 nodes (node2) already (at most 1: the circuit breaker)" in got["why"]
     # a human's drain does not count against ncclprep's share
     nodes = cluster(node2=dict(held, reason="maintenance"))
     assert decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [], nodes)["action"] == "drain"
     with pytest.raises(ValueError, match="verdict status 'HANG'"):
         decide("node1", nodes["node1"], {"status": "HANG"}, [], nodes)
+
+
+# Issue 40: the review of 64ebd4f (../shared/reviews/security.md N1-N7), each rule as a fault.
+
+REACHABLE = {"id": "names.reachable", "status": "FAIL", "hosts": ["node3"],
+             "measured": {"node2 -> node3": "unreachable"}, "expected": "connects"}
+PORTS = {"id": "firewall.ports_free", "status": "FAIL", "hosts": ["node2"],
+         "measured": {"node2": {"29500": "python3 (pid 4242) on 0.0.0.0"}}, "expected": "TCP 29400, 29500 free"}
+
+
+def test_a_member_down_or_a_listener_on_a_job_port_never_drains_the_node_that_reports_it():
+    """N1: node3 down makes node2's check fail names.reachable naming node3; N3: any listener on a
+    job port (a running job's own torchrun) fails firewall.ports_free. Neither judges node2."""
+    nodes = cluster()
+    for rows in ([REACHABLE], [PORTS], [REACHABLE, PORTS], [dict(SYSCTL, hosts=["node7"])]):
+        got = decide("node2", nodes["node2"], {"status": "FAIL", "failed": rows}, [], nodes, NOW)
+        assert got["action"] == "none" and "fails only checks that do not judge it" in got["why"], rows
+    assert judged([REACHABLE, PORTS, dict(SYSCTL, hosts=["node2"])], "node2") == [dict(SYSCTL, hosts=["node2"])]
+    # a row of the node's own, beside them, still drains it, with its own reason
+    got = decide("node2", nodes["node2"], {"status": "FAIL", "failed": [REACHABLE, dict(SYSCTL, hosts=["node2"])]},
+                 [], nodes, NOW)
+    assert got["action"] == "drain" and got["reason"].startswith("ncclprep: sysctl.net.core.somaxconn")
+
+
+@pytest.mark.parametrize("state", ["down", "fail", "failing", "maint", "reserved", "future", "powered_down"])
+def test_a_state_or_reason_of_someone_elses_is_left_alone(state):
+    """N7: an admin's DOWN, FAIL, MAINT ... with a note is not replaced by an ncclprep drain."""
+    nodes = cluster(node2={"state": state, "responding": state != "down", "drained": False, "busy": False,
+                           "features": [], "reason": "admin: bad GPU, RMA 1234"})
+    got = decide("node2", nodes["node2"], {"status": "FAIL", "failed": [dict(SYSCTL, hosts=["node2"])]}, [], nodes,
+                 NOW)
+    assert got["action"] == "none" and "someone else's ('admin: bad GPU, RMA 1234')" in got["why"]
+    bare = dict(nodes["node2"], reason=None)
+    got = decide("node2", bare, {"status": "FAIL", "failed": [dict(SYSCTL, hosts=["node2"])]}, [], nodes, NOW)
+    assert got["action"] == "none" and f"{state}, a state ncclprep leaves to others" in got["why"]
+
+
+def test_strikes_count_within_the_window_and_from_the_last_pass_of_roots_retest():
+    verdict = {"status": "FAIL", "scope": "network", "failed": [dict(BANDWIDTH, hosts=["node1 -> node7"])]}
+    nodes = cluster()
+    # two failures two days apart: the older is out of the 24 h window, no drain
+    apart = [entry("a", 49, ["node5"]), entry("b", 1, ["node7"])]
+    assert strikes(apart, NOW) == {"node7"}
+    assert decide("node1", nodes["node1"], verdict, apart, nodes, NOW)["action"] == "none"
+    # a wider window (slurm_health_strike_window) counts both
+    assert decide("node1", nodes["node1"], verdict, apart, nodes, NOW, window=72 * 3600)["action"] == "drain"
+    # a recorded pass of root's re-test between them resets the count; a node check's pass does not
+    reset = [entry("a", 5, ["node5"]), entry("p", 3, [], status="PASS"), entry("b", 1, ["node7"])]
+    assert strikes(reset, NOW) == {"node7"}
+    kept = [entry("a", 5, ["node5"]), entry("p", 3, [], status="PASS", scope="node"), entry("b", 1, ["node7"])]
+    assert strikes(kept, NOW) == {"node5", "node7"}
+    # an entry without a time (a ledger from before issue 40) counts as outside the window
+    assert strikes([{"run": "x", "status": "FAIL", "network": True, "partners": ["node5"]}], NOW) == set()
+
+
+def test_a_node_that_fails_again_after_a_resume_is_drained_as_a_repeat_and_left_for_a_person():
+    nodes = cluster()
+    resumed = {"at": (NOW - datetime.timedelta(hours=2)).isoformat(), "event": "resumed", "why": "passes now"}
+    got = decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [resumed], nodes, NOW)
+    assert got["action"] == "drain" and got["reason"].startswith("ncclprep: repeat: sysctl.net.core.somaxconn")
+    assert len(got["reason"]) <= 200
+    # a resume older than the window is no repeat
+    old = dict(resumed, at=(NOW - datetime.timedelta(hours=30)).isoformat())
+    assert decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [old], nodes, NOW)[
+        "reason"].startswith("ncclprep: sysctl")
+    # a repeat drain is never resumed by ncclprep, whatever passes
+    info = dict(nodes["node1"], state="drained", drained=True, reason=got["reason"])
+    for scope in ("node", "network"):
+        kept = decide("node1", info, {"status": "PASS", "scope": scope}, [], nodes, NOW)
+        assert kept["action"] == "none" and "left for a person" in kept["why"]
+
+
+def test_one_run_that_blames_several_nodes_is_a_fabric_fault_not_a_node_fault():
+    def row(*hosts):
+        return dict(BANDWIDTH, hosts=list(hosts))
+    assert fabric([row("node3")]) is None
+    assert fabric([row("node1 -> node3"), row("node3 -> node2")]) is None  # node3's links: node3
+    assert fabric([row("node1 -> node2"), row("node2 -> node1")]) is None  # one link, both ways
+    assert fabric([row("node3", "node1 -> node3")]) is None
+    assert fabric([row("node2", "node3")]) == "one run blames 2 nodes at once (node2, node3)"
+    assert fabric([row("node1 -> node2"), row("node3 -> node4")]).startswith("one run blames links and nodes with no")
+    assert fabric([row()]) == "a network check failed naming no host (the whole run)"
+    # net.run (a node that never arrived) is no verdict
+    assert fabric([dict(BANDWIDTH, id="net.run", hosts=["node2"]), row("node3")]) is None
+
+
+def test_the_breaker_counts_other_hooks_marks_and_an_absolute_cap():
+    now = NOW.timestamp()
+    live = {"state": "idle", "responding": True, "drained": False, "busy": False,
+            "features": ["gpu", f"ncclprep_draining_{int(now) - 10}"], "reason": None}
+    stale = dict(live, features=[f"ncclprep_draining_{int(now) - 400}"])
+    nodes = cluster(node2=live)
+    assert marked(live, now) and not marked(stale, now) and not marked(nodes["node3"], now)
+    got = decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [], nodes, NOW)
+    assert got["action"] == "none" and "(node2) already (at most 1" in got["why"]
+    assert decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [], cluster(node2=stale),
+                  NOW)["action"] == "drain"
+    # a node gone down since ncclprep drained it still counts; 10 % of 1000 capped at max_drained
+    assert holding(cluster(node4={"state": "down", "reason": "ncclprep: x: measured 1, expected 2"}), "node1", now) \
+        == ["node4"]
+    assert [limit(n, 8) for n in (10, 100, 1000)] == [1, 8, 8] and limit(1000, 0) == 1
+    assert mark_argv("node1", ["gpu", "ncclprep_draining_5"], "ncclprep_draining_9") == [
+        "scontrol", "update", "NodeName=node1", "AvailableFeatures=gpu,ncclprep_draining_9",
+        "ActiveFeatures=gpu,ncclprep_draining_9"]
