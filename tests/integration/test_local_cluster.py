@@ -258,7 +258,7 @@ def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_a
     try:
         assert on("node3", "ncclprep node check --only sysctl_tuning >/dev/null", timeout=120).returncode == 0
         kept = health("node3")
-        assert kept.returncode == 0 and "drained by someone else ('maintenance'): left alone" in kept.stdout
+        assert kept.returncode == 0 and "a reason of someone else's ('maintenance'): left alone" in kept.stdout
         assert slurm_state("node3") == ("drained", "maintenance")
     finally:
         on("node1", "scontrol update NodeName=node3 State=RESUME")
@@ -272,10 +272,12 @@ def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_a
 
 
 @pytest.mark.usefixtures("slurm_left_idle")
-def test_node_prolog_drains_a_node_whose_job_port_is_held_and_slurm_requeues(cluster):
-    """Issue 25 item 2's Prolog gate: ``ncclprep node prolog`` passes a healthy node (exit 0); with a
-    process holding a rendezvous port on node2 it drains node2 with its own reason and exits 1 (Slurm
-    requeues the job); once the port is free, the next node check and ``node health`` resume it."""
+def test_node_prolog_lets_a_jobs_listener_be_and_drains_a_failing_node_and_slurm_requeues(cluster):
+    """Issue 40 item 6 (review N3): ``ncclprep node prolog`` passes a healthy node (exit 0) and one
+    where a process holds a rendezvous port (a running job's own torchrun, or any user's): no
+    drain, the job runs. A node whose last node check failed on the node itself is drained with its
+    own reason through the breaker's mark (exit 1: Slurm requeues the job); once fixed, the next
+    node check and ``node health`` resume it."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
     start = time.monotonic()
     ok = on("node2", "ncclprep node prolog", timeout=60)
@@ -283,23 +285,69 @@ def test_node_prolog_drains_a_node_whose_job_port_is_held_and_slurm_requeues(clu
     assert ok.returncode == 0 and ok.stdout.strip() == "ncclprep prolog node2: passes: the job runs", ok.stdout
     # SO_REUSEADDR: the earlier jobs' connections on the port may still be in TIME_WAIT
     holder = ("python3 -c 'import socket, time; s = socket.socket(); "
-              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", 29500)); s.listen(); "
+              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", 29400)); s.listen(); "
               "time.sleep(300)' >/dev/null 2>&1 & echo $! > /root/holder.pid; sleep 1")
     assert on("node2", holder).returncode == 0
     try:
+        assert on("node2", "ncclprep node check >/dev/null", timeout=120).returncode == 1  # ports_free FAILs
         gate = on("node2", "ncclprep node prolog", timeout=60)
-        assert gate.returncode == 1, gate.stdout + gate.stderr
-        assert gate.stdout.startswith("ncclprep prolog node2: drained: ncclprep: firewall.ports_free: measured "
-                                      "29500: python3 (pid "), gate.stdout
-        assert gate.stdout.strip().endswith("; the job is requeued")
-        state, reason = slurm_state("node2")
-        assert state == "drained" and reason.startswith("ncclprep: firewall.ports_free:")
+        assert gate.returncode == 0, gate.stdout
+        assert gate.stdout.strip() == "ncclprep prolog node2: passes: the job runs", gate.stdout
+        kept = health("node2")
+        assert "fails only checks that do not judge it (firewall.ports_free)" in kept.stdout, kept.stdout
+        assert slurm_state("node2") == ("idle", "none")
     finally:
         on("node2", "kill $(cat /root/holder.pid); rm -f /root/holder.pid")
+    sysctl = "net.core.somaxconn"
+    before = on("node2", f"sysctl -n {sysctl}").stdout.strip()
+    try:
+        assert on("node2", f"sysctl -qw {sysctl}=128").returncode == 0
+        assert on("node2", "ncclprep node check >/dev/null", timeout=120).returncode == 1
+        start = time.monotonic()
+        gate = on("node2", "ncclprep node prolog", timeout=60)
+        record("node prolog, drained (Prolog)", time.monotonic() - start)
+        assert gate.returncode == 1, gate.stdout + gate.stderr
+        assert gate.stdout.strip() == (f"ncclprep prolog node2: drained: ncclprep: sysctl.{sysctl}: measured 128, "
+                                       f"expected {before}; the job is requeued"), gate.stdout
+        assert slurm_state("node2") == ("drained", f"ncclprep: sysctl.{sysctl}: measured 128, expected {before}")
+        features = on("node1", "sinfo --noheader --Node --nodes node2 --format '%f'").stdout.strip()
+        assert features == "(null)"  # the breaker's mark is gone again
+    finally:
+        on("node2", f"sysctl -qw {sysctl}={before}")
     assert on("node2", "sleep 1; ncclprep node check >/dev/null", timeout=120).returncode == 0
     assert "resumed" in health("node2").stdout
     assert settled("node2", ("idle", "none")) == ("idle", "none")
     assert all_idle() == {n: "idle" for n in NODES}
+
+
+@pytest.mark.usefixtures("slurm_left_idle")
+def test_every_node_failing_with_all_health_checks_at_once_drains_at_most_the_cap(cluster):
+    """Issue 40 item 3 (review N2) on the Slurm cluster: every node fails its node check and their
+    health checks start at the same moment, as Slurm starts them; ncclprep drains at most
+    min(max(1, 10 %), slurm_health_max_drained) = 1 of the 3 nodes, and leaves no mark behind."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    sysctl = "net.core.somaxconn"
+    before = on("node1", f"sysctl -n {sysctl}").stdout.strip()
+    try:
+        for node in NODES:
+            assert on(node, f"sysctl -qw {sysctl}=128").returncode == 0
+            assert on(node, "ncclprep node check --only sysctl_tuning >/dev/null", timeout=120).returncode == 1
+        with ThreadPoolExecutor(len(NODES)) as pool:
+            lines = list(pool.map(lambda n: health(n).stdout.strip(), NODES))
+        states = {n: slurm_state(n) for n in NODES}
+        drained = [n for n, (state, _) in states.items() if state == "drained"]
+        assert len(drained) == 1, (lines, states)
+        assert sum("the circuit breaker" in line for line in lines) == 2, lines
+        features = on("node1", "sinfo --noheader --Node --format '%f'").stdout.split()
+        assert features == ["(null)"] * len(NODES)
+    finally:
+        for node in NODES:
+            on(node, f"sysctl -qw {sysctl}={before}")
+    for node in NODES:
+        assert on(node, "ncclprep node check --only sysctl_tuning >/dev/null", timeout=120).returncode == 0
+        health(node)
+    for node in NODES:
+        assert settled(node, ("idle", "none")) == ("idle", "none")
 
 
 EXAMPLE = "/usr/local/share/ncclprep/slurm/preflight-train.sbatch"

@@ -94,7 +94,8 @@ def test_a_failed_check_drains_once_and_a_later_pass_resumes(tmp_path):
     assert slurm.updates() == [["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"]]
     # the breaker's mark was set before the second reading and is gone again
     assert [c[0] for c in slurm.calls] == ["sinfo", "scontrol", "sinfo", "scontrol", "scontrol"]
-    assert slurm.calls[1][3].startswith("AvailableFeatures=ncclprep_draining_") and slurm.nodes["node2"]["features"] == []
+    assert slurm.calls[1][3].startswith("AvailableFeatures=ncclprep_draining_")
+    assert slurm.nodes["node2"]["features"] == []
     run = (NOW - datetime.timedelta(minutes=1)).isoformat()
     entries = json.loads(open(ledger).read())
     assert entries == [{"at": run, "run": run, "scope": "node", "status": "FAIL", "network": False, "partners": [],
@@ -272,7 +273,7 @@ def test_twenty_health_checks_at_once_drain_at_most_the_breakers_cap(tmp_path):
         barrier = threading.Barrier(20)
         results = {}
 
-        def one(i):
+        def one(i, slurm=slurm, barrier=barrier, results=results, attempt=attempt):
             barrier.wait()
             results[i] = health(f"node{i}", record([dict(SYSCTL, hosts=[f"node{i}"])], host=f"node{i}"),
                                 str(tmp_path / f"{attempt}-{i}.json"), slurm, 900, now=NOW)
@@ -355,9 +356,10 @@ def test_two_writers_of_the_ledger_at_once_keep_both_entries(tmp_path):
     for round_ in range(5):
         barrier = threading.Barrier(2)
 
-        def write(k):
+        def write(k, barrier=barrier, round_=round_):
             barrier.wait()
-            update_ledger(path, "node2", dict(record_verdict(record([SYSCTL], minutes_ago=k + round_ * 2), 3600, NOW)))
+            verdict = record_verdict(record([SYSCTL], minutes_ago=k + round_ * 2), 3600, NOW)
+            update_ledger(path, "node2", verdict)
 
         threads = [threading.Thread(target=write, args=(k,)) for k in (0.1, 0.2)]
         for t in threads:

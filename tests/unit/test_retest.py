@@ -115,7 +115,8 @@ class Slurm:
     def __call__(self, argv, timeout):
         self.calls.append(argv)
         if argv[0] == "sinfo":
-            return 0, "".join(f"{n}|{st}|(null)|{r}\n" for n, st, r in (x.split("|") for x in self.rows.splitlines())), ""
+            rows = (x.split("|") for x in self.rows.splitlines())
+            return 0, "".join(f"{n}|{st}|(null)|{r}\n" for n, st, r in rows), ""
         return (0, self.jobs, "") if argv[0] == "squeue" else (0, "", "")
 
     def updates(self):
@@ -135,7 +136,8 @@ def test_the_epilogs_verdict_drains_on_the_second_strike_and_only_a_network_pass
     rows = "n1|completing|none\nn2|completing|none\nn3|completing|none\n"
     first = Slurm(rows)
     line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest job-7 a"), opts(ledger), "7", first)
-    assert line == "n3: network strike 1 of 2 within 24 h (run:retest job-7 a); drains on a failure with another partner"
+    assert line == ("n3: network strike 1 of 2 within 24 h (run:retest job-7 a); drains on a failure with another "
+                    "partner")
     assert [c[0] for c in first.calls] == ["sinfo", "squeue"]
     busy = Slurm("n1|allocated|none\nn2|allocated|none\nn3|allocated|none\n")
     line = retest.act("n3", verdict_of([BANDWIDTH], "n3", hosts, "retest x b"), opts(ledger), None, busy)

@@ -24,7 +24,7 @@ V = {"slurm_health_config": "/etc/slurm/slurm.conf", "slurm_health_program": "/u
      "slurm_health_interval": 300, "slurm_health_node_state": "any",
      "slurm_health_prolog": "/usr/local/sbin/ncclprep-prolog", "slurm_health_prolog_enabled": True,
      "slurm_health_epilog": "/usr/local/sbin/ncclprep-epilog", "slurm_health_epilog_enabled": True,
-     "slurm_health_retest_interval": 300}
+     "slurm_health_retest_interval": 300, "slurm_health_max_drained": 8, "slurm_health_strike_window": 86400}
 
 
 def test_slurm_conf_settings_are_read_as_slurm_reads_them():
@@ -52,6 +52,9 @@ def test_the_intent_is_the_lines_that_run_ncclprep_and_refuses_bad_values():
                                  ("slurm_health_node_state", "IDLE,BUSY", "slurm_health_node_state=IDLE,BUSY: valid"),
                                  ("slurm_health_retest_interval", -1, "slurm_health_retest_interval=-1: valid: "
                                                                       "seconds, 0 to 86400"),
+                                 ("slurm_health_max_drained", 0, "slurm_health_max_drained=0: valid: nodes, 1 to"),
+                                 ("slurm_health_strike_window", 10, "slurm_health_strike_window=10: valid: seconds, "
+                                                                    "60 to 2592000"),
                                  ("slurm_health_epilog", "epilog", "slurm_health_epilog=epilog: valid: an "
                                                                    "absolute path"),
                                  ("slurm_health_program", "ncclprep-health", "slurm_health_program=ncclprep-health: "
@@ -93,7 +96,8 @@ def wrappers(tmp_path_factory):
     for name in ("prolog", "health", "epilog"):
         script = folder / name
         script.write_text(render("slurm_health", f"ncclprep-{name}.sh.j2", folder, preflight_node_command=str(fake),
-                                 slurm_health_retest_interval=300, slurm_health_epilog_log=str(folder / "log")))
+                                 slurm_health_retest_interval=300, slurm_health_epilog_log=str(folder / "log"),
+                                 slurm_health_max_drained=3, slurm_health_strike_window=7200))
         script.chmod(0o755)
         out[name] = script
     return folder, out
@@ -106,9 +110,10 @@ def test_the_prolog_wrapper_requeues_only_on_a_measured_failure(wrappers, rc, wa
     folder, scripts = wrappers
     (folder / "rc").write_text(str(rc))
     assert subprocess.run([str(scripts["prolog"])], timeout=30).returncode == want
-    assert (folder / "args").read_text().split() == ["node", "prolog"]
+    rules = ["--max-drained", "3", "--strike-window", "7200"]
+    assert (folder / "args").read_text().split() == ["node", "prolog", *rules]
     assert subprocess.run([str(scripts["health"]), "--dry-run"], timeout=30).returncode == rc
-    assert (folder / "args").read_text().split() == ["node", "health", "--dry-run"]
+    assert (folder / "args").read_text().split() == ["node", "health", *rules, "--dry-run"]
     # the Epilog never fails (Slurm would drain the node), and passes the re-test interval on
     assert subprocess.run([str(scripts["epilog"])], timeout=30).returncode == 0
-    assert (folder / "args").read_text().split() == ["node", "epilog", "--min-interval", "300"]
+    assert (folder / "args").read_text().split() == ["node", "epilog", *rules, "--min-interval", "300"]

@@ -113,18 +113,21 @@ def read(run: Runner, p: dict) -> dict:
 #: The variables the intent is computed from (concerns.intent hands over these only).
 INTENT_VARS = ("slurm_health_config", "slurm_health_program", "slurm_health_interval", "slurm_health_node_state",
                "slurm_health_prolog", "slurm_health_prolog_enabled", "slurm_health_epilog",
-               "slurm_health_epilog_enabled", "slurm_health_retest_interval")
+               "slurm_health_epilog_enabled", "slurm_health_retest_interval", "slurm_health_max_drained",
+               "slurm_health_strike_window")
 #: The facts it takes from the node: none (slurm.conf's lines are what it sets).
 INTENT_FACTS = ()
 
 
 def intent(v: dict, node: dict) -> dict:
-    """``{config, program, prolog, epilog (None: not set), retest_interval, lines: {setting: value}}``:
+    """``{config, program, prolog, epilog (None: not set), retest_interval, max_drained, strike_window,
+    lines: {setting: value}}``:
     the slurm.conf lines that run ``slurm_health_program`` every ``slurm_health_interval`` seconds
     on nodes in ``slurm_health_node_state``, ``slurm_health_prolog`` as the Prolog and
     ``slurm_health_epilog`` as the Epilog unless their ``_enabled`` is false. Raises ValueError
     naming the variable and value for an interval below 1 or above Slurm's 65535, a re-test
-    interval outside 0-86400 s, a node state slurm.conf(5) does not know, or a relative path."""
+    interval outside 0-86400 s, a breaker cap below 1, a strike window outside 60 s to 30 days,
+    a node state slurm.conf(5) does not know, or a relative path."""
     for name in ("slurm_health_config", "slurm_health_program", "slurm_health_prolog", "slurm_health_epilog"):
         if not os.path.isabs(str(v[name] or "")):
             raise ValueError(f"{name}={v[name]}: valid: an absolute path")
@@ -148,6 +151,15 @@ def intent(v: dict, node: dict) -> dict:
     if not 0 <= retest <= 86400:
         raise ValueError(f"slurm_health_retest_interval={v['slurm_health_retest_interval']}: valid: seconds, 0 to "
                          "86400")
+    rules = {}
+    for name, key, low, high, unit in (("slurm_health_max_drained", "max_drained", 1, 100000, "nodes"),
+                                       ("slurm_health_strike_window", "strike_window", 60, 2592000, "seconds")):
+        try:
+            rules[key] = int(v.get(name, 8 if key == "max_drained" else 86400))
+        except (TypeError, ValueError):
+            rules[key] = low - 1
+        if not low <= rules[key] <= high:
+            raise ValueError(f"{name}={v.get(name)}: valid: {unit}, {low} to {high}")
     prolog = v["slurm_health_prolog"] if v["slurm_health_prolog_enabled"] else None
     if prolog:
         lines["Prolog"] = prolog
@@ -155,4 +167,4 @@ def intent(v: dict, node: dict) -> dict:
     if epilog:
         lines["Epilog"] = epilog
     return {"config": v["slurm_health_config"], "program": v["slurm_health_program"], "prolog": prolog,
-            "epilog": epilog, "retest_interval": retest, "lines": lines}
+            "epilog": epilog, "retest_interval": retest, **rules, "lines": lines}
