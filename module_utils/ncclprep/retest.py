@@ -55,7 +55,6 @@ from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.netutil import missing_keys, open_signed_store
-from ansible.module_utils.ncclprep.report.common import name_ends
 
 #: Where a job's tasks leave their claim (the slurm_health role makes it, mode 1733, root).
 CLAIMS_DIR = "/var/spool/ncclprep/claims"
@@ -218,7 +217,7 @@ def verdict_of(rows: list[Mapping], host: str, hosts: list[str], run: str) -> di
     if why:
         return dict(base, status="UNKNOWN", failed=[], why=f"{why}: a fabric or membership fault, no node's")
     unmeasured = [r for r in bad if r.get("id") in slurm.NOT_VERDICTS and r.get("hosts")
-                  and any(host in name_ends(str(n)) for n in r["hosts"])]
+                  and any(host in slurm.name_ends(str(n)) for n in r["hosts"])]
     if unmeasured:
         return dict(base, status="UNKNOWN", failed=[],
                     why=f"{host} was not measured ({unmeasured[0].get('id')}: {unmeasured[0].get('message')})")

@@ -44,8 +44,6 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible.module_utils.ncclprep.report.common import name_ends
-
 #: The start of every reason ncclprep drains with; the only drains it resumes.
 REASON_PREFIX = "ncclprep:"
 #: The start of a drain for a node that failed again within the window after ncclprep resumed it:
@@ -88,6 +86,15 @@ MARK_TTL_S = 300.0
 #: down, ! pending power down, $ maintenance reservation, @ pending reboot, ^ reboot issued,
 #: - planned (backfill), + more states.
 _SUFFIXES = "*~#%!$@^-+"
+
+
+def name_ends(name: str) -> list[str]:
+    """The hosts a blamed name stands for: ``node1`` -> [node1]; a link ``node1 -> node2`` or
+    ``node1 <-> node2`` -> both ends (the checks' names, checks/network.py). The rule of
+    report.common.name_ends, kept here because the hooks run under the node's own Python, which
+    has no Jinja2 for the report package."""
+    ends = [e.strip() for e in str(name).replace("<->", "->").removeprefix("link ").split("->")]
+    return ends if len(ends) == 2 else [str(name)]
 
 
 def parse_sinfo(text: str) -> dict[str, dict]:

@@ -388,3 +388,23 @@ def test_a_background_node_check_is_killed_before_the_next_may_start(tmp_path, m
     assert refresh(str(tmp_path / "rec.json"), 240, age_s=None, command=["sleep", "1000"]) is True
     argv = started[0]
     assert argv[argv.index("timeout"):] == ["timeout", "-k", "5", "235", "sleep", "1000"]
+
+
+def test_the_hooks_import_without_jinja2_as_on_a_nodes_own_python():
+    """The health check, Prolog and Epilog run under the node's system Python (``python3 -I``),
+    which has no Jinja2: importing the report package from slurm.py broke every hook."""
+    import subprocess
+    import sys
+
+    code = ("import sys, importlib.abc\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name.split('.')[0] in ('jinja2', 'torch', 'yaml'):\n"
+            "            raise ImportError('blocked: ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import ncclprep\n"
+            "from ansible.module_utils.ncclprep import nodehealth, retest, slurm, nodecheck\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
