@@ -31,7 +31,9 @@ and ``srun --nodelist``).
 Everything in the store is sealed with the job's secret (netutil.signed_store, keyed by
 ``NCCLPREP_PREFLIGHT_TOKEN`` from the environment, which srun passes to every task; the example
 batch script draws one). Without it the key is derived from the job id, which seals nothing
-against a member that knows the id: only the firewall (members only) guards the store then.
+against a member that knows the id: only the firewall (members only) guards the store then, and
+the training smoke job is not run (torchrun.smoke SKIP, SMOKE_UNSEALED): the secret is also its
+rendezvous guard's nonce, and a public one would let anyone prove a squatted rendezvous port.
 
 It runs as the job's user: what it finds is that user's claim. It never drains a node: when a
 network check failed, every task leaves the claim on its node (retest.write_claim) and the job's
@@ -73,6 +75,14 @@ JOB_PORT_OFFSET = 2
 GATHER_SLACK_S = 60.0
 #: Deadline of ``scontrol show hostnames``, seconds.
 SCONTROL_TIMEOUT = 10.0
+#: Why the training smoke job does not run without the job's secret: the launcher's rendezvous
+#: guard is keyed by it, and the key derived from the job id in its place is one every user can
+#: compute, so a process squatting the rendezvous port could prove itself the job's (review N5).
+SMOKE_UNSEALED = (f"the training smoke job was not run: {ENV_TOKEN} is not set, and the key derived from the job "
+                  "id in its place is public, so the launcher's rendezvous guard would vouch for any store on the "
+                  "port")
+SMOKE_REMEDIATION = (f"export a random {ENV_TOKEN} before srun, which hands it to every task (the example batch job "
+                     f"does): export {ENV_TOKEN}=\"$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')\"")
 
 
 class Usage(Exception):
@@ -303,7 +313,10 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
 
         say(f"{me}: the collectives (deadline {o['probe']['timeout']} s)")
         record["probe"] = host_collectives(o["probe"], me, rank_layout(local_ranks, world), torch_error)
-    if settings["smoke"]["enabled"] and settings.get("launcher"):
+    if settings["smoke"]["enabled"] and settings.get("launcher") and not sealed:
+        say(f"{me}: the training smoke job not run: {ENV_TOKEN} not set")
+        record["smoke"] = {"status": "SKIP", "error": SMOKE_UNSEALED, "host": me}
+    elif settings["smoke"]["enabled"] and settings.get("launcher"):
         from ansible.module_utils.ncclprep.ddp_smoke import run_job
 
         smoke = settings["smoke"]
@@ -364,6 +377,10 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
     report = settings["report"]
     limits = net_limits(settings)
     checks = evaluate(records, names, report["min_busbw_gbps"], limits, report["expect_net"])
+    if any((rec.get("smoke") or {}).get("error") == SMOKE_UNSEALED for rec in records.values()):
+        for check in checks:  # the check's own SKIP says only that the job did not run: say why
+            if check["id"] == "torchrun.smoke" and check["status"] == "SKIP":
+                check.update(message=SMOKE_UNSEALED, remediation=SMOKE_REMEDIATION)
     cluster = build_cluster(checks, names, records, utc_stamp(),
                             limits={"min_busbw_gbps": report["min_busbw_gbps"], "expect_net": report["expect_net"],
                                     "net_limits": limits})

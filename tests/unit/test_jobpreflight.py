@@ -260,3 +260,21 @@ def test_a_report_folder_another_user_linked_elsewhere_is_not_followed(tmp_path,
     os.symlink(elsewhere, tmp_path / "reports")  # the user's own link: followed
     assert one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s3cret"})[0] == EXIT_PASS
     assert (elsewhere / "latest" / "summary.md").exists()
+
+
+def test_without_the_jobs_secret_the_smoke_job_is_not_run_and_the_report_says_why(tmp_path, monkeypatch):
+    """Review N5: without NCCLPREP_PREFLIGHT_TOKEN the store key, and the launcher's rendezvous
+    nonce, fell back to sha256("ncclprep-preflight-<job id>"), which every user can compute: a
+    process squatting the rendezvous port could prove itself the job's. The smoke job is then not
+    started, and torchrun.smoke is a SKIP naming the variable and how to set it."""
+    code, calls, checks = one_node_run(tmp_path, monkeypatch, {})
+    assert calls == [] and code == EXIT_PASS
+    smoke = checks["torchrun.smoke"]
+    assert smoke["status"] == "SKIP"
+    assert smoke["message"].startswith("the training smoke job was not run: NCCLPREP_PREFLIGHT_TOKEN is not set")
+    assert "export NCCLPREP_PREFLIGHT_TOKEN=" in smoke["remediation"]
+    # with it, the job runs with the secret as its rendezvous nonce, on the job's nodes
+    code, calls, checks = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s3cret"})
+    assert code == EXIT_PASS and checks["torchrun.smoke"]["status"] == "PASS"
+    [(args, kwargs)] = calls
+    assert args[2] == "ncclprep-preflight-7" and args[8] == "s3cret" and "NCCLPREP_HOSTFILE" in kwargs["env"]

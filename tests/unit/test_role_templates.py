@@ -510,12 +510,10 @@ def test_the_launcher_runs_on_the_nodes_a_hostfile_or_nccl_prep_nodes_names(tmp_
 
     run = dry(NCCLPREP_HOSTFILE=str(hostfile))
     assert run.returncode == 0, run.stderr
-    assert "--nnodes=2 " in run.stdout and "--rdzv-endpoint=node2:29400 " in run.stdout
-    assert "--rdzv-conf=is_host=false" in run.stdout
+    assert "--nnodes=2 " in run.stdout and "--node-rank=1 --master-addr=node2 --master-port=29400 " in run.stdout
     run = dry(NCCLPREP_NODES="node3,node1,node2")
     assert run.returncode == 0, run.stderr
-    assert "--nnodes=3 " in run.stdout and "--rdzv-endpoint=node3:29400 " in run.stdout
-    assert "--rdzv-conf=is_host=true" in run.stdout
+    assert "--nnodes=3 " in run.stdout and "--node-rank=0 --master-addr=node3 --master-port=29400 " in run.stdout
     out = dry(NCCLPREP_NODES="node1,node2")
     assert out.returncode == 2 and "node3 is not one of NCCLPREP_NODES=node1,node2" in out.stderr
     empty = tmp_path / "empty"
@@ -523,3 +521,120 @@ def test_the_launcher_runs_on_the_nodes_a_hostfile_or_nccl_prep_nodes_names(tmp_
     assert "names no node" in dry(NCCLPREP_HOSTFILE=str(empty)).stderr
     gone = dry(NCCLPREP_HOSTFILE=str(tmp_path / "absent"))
     assert gone.returncode == 2 and "is not a readable file" in gone.stderr
+    twice = dry(NCCLPREP_NODES="node1,node3,node1")  # the second node1's rank would never join
+    assert twice.returncode == 2 and "NCCLPREP_NODES=node1,node3,node1 names node1 twice" in twice.stderr
+
+
+def torchrun_args(stdout: str) -> list[str]:
+    """The torchrun options of a dry run's command line (its last line), up to the script."""
+    words = shlex.split(stdout.splitlines()[-1])[1:]
+    return words[:next(i for i, w in enumerate(words) if not w.startswith("--"))]
+
+
+def test_under_slurm_the_launcher_uses_the_static_rendezvous_at_the_nodes_place(tmp_path):
+    """Review N5: torch's c10d rendezvous unpickles the state its store holds, every user of a
+    Slurm cluster has processes on the member nodes, the firewall lets the members in on every
+    port, and a job's id and port are predictable: any user could run code in another's job.
+    Where the node's place is known (a job's node list; under Slurm, else the members with the
+    rendezvous host first) torchrun gets the static rendezvous: node rank, master address and
+    port, no c10d endpoint. Outside Slurm without a list, c10d as before."""
+    script, torchrun = launcher(tmp_path, "NCCL_DEBUG=WARN\n", me="node3")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("NCCLPREP_", "SLURM_"))}
+
+    def dry(**env):
+        out = subprocess.run([str(script), "--dry-run", "t.py"], capture_output=True, text=True, timeout=60,
+                             env={**base, "NCCLPREP_RDZV_ID": "train-77", **env})
+        assert out.returncode == 0, out.stderr
+        return torchrun_args(out.stdout)
+
+    port = derived_port("train-77")
+    static = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=static", "--rdzv-id=train-77", "--node-rank=1",
+              "--master-addr=node2", f"--master-port={port}", "--max-restarts=0"]
+    assert dry(SLURM_JOB_ID="77", NCCLPREP_NODES="node2,node3") == static
+    hostfile = tmp_path / "ncclprep-hosts.77"
+    hostfile.write_text("node2\nnode3\n")
+    assert dry(SLURM_JOB_ID="77", NCCLPREP_HOSTFILE=str(hostfile)) == static
+    # a job on all the members: the rendezvous host first, then inventory order
+    assert dry(SLURM_JOB_ID="77")[:7] == ["--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=static",
+                                           "--rdzv-id=train-77", "--node-rank=2", "--master-addr=node1",
+                                           f"--master-port={port}"]
+    for args in (dry(SLURM_JOB_ID="77"), dry(NCCLPREP_NODES="node2,node3")):
+        assert not any(a.startswith(("--rdzv-endpoint", "--rdzv-conf")) or a.endswith("c10d") for a in args)
+    assert "--rdzv-backend=c10d" in dry()  # no Slurm, no list: every member, as before
+
+
+class _Bomb:
+    """What a second user would plant: unpickling it creates ``path``."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {shlex.quote(str(self.path))}",))
+
+
+# the job's workers: wait until the test planted its keys, then one Gloo all-reduce
+PLANTED_WORKER = """
+import os, sys, time, datetime
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+deadline = time.monotonic() + 120
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.1)
+t = torch.ones(1)
+dist.all_reduce(t)
+print("worker", dist.get_rank(), dist.get_world_size(), int(t.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_static_launch_reads_no_pickle_another_user_plants_in_its_store(tmp_path):
+    """Review N5, run here with torch's own torchrun: two nodes of a job (this machine twice) launch
+    with NCCLPREP_NODES and the job's nonce, so the static rendezvous and the guard. While the job
+    runs, another process writes a pickle that runs a command under torch.rendezvous.<id>, the c10d
+    rendezvous's state key (under c10d every agent ran it, as the job's user). The job ends well
+    and nothing ran."""
+    import base64
+    import datetime
+    import pickle
+
+    from torch.distributed import TCPStore
+
+    torchrun_text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m torch.distributed.run "$@"\n'
+    (tmp_path / "host").mkdir()
+    (tmp_path / "node2").mkdir()
+    host, _ = launcher(tmp_path / "host", "GLOO_SOCKET_IFNAME=lo\n", me="localhost", members=LOCAL,
+                       torchrun_text=torchrun_text)
+    other, _ = launcher(tmp_path / "node2", "GLOO_SOCKET_IFNAME=lo\n", members=LOCAL, torchrun_text=torchrun_text)
+    worker = tmp_path / "worker.py"
+    worker.write_text(PLANTED_WORKER)
+    planted, ran = tmp_path / "planted", tmp_path / "pickle-ran"
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NCCLPREP_", "SLURM_"))},
+           "NCCLPREP_NODES": "localhost,node2", "NCCLPREP_RDZV_ID": "train-7", "NCCLPREP_RDZV_PORT": str(port),
+           "NCCLPREP_RDZV_NONCE": "s3cret", "NCCLPREP_NPROC_PER_NODE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    jobs = [subprocess.Popen([str(script), str(worker), str(planted)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            for script in (host, other)]
+    try:
+        bomb = pickle.dumps(_Bomb(ran))
+        store = TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=120))
+        # the c10d backend's state: base64 of the pickle (c10d_rendezvous_backend.py), read by every
+        # agent at its rendezvous and at each keep-alive (5 s) while the job runs
+        store.set("torch.rendezvous.train-7", base64.b64encode(bomb))
+        store.set("train-7/torch.rendezvous.train-7", bomb)
+        time.sleep(6)
+        planted.touch()
+        outs = [job.communicate(timeout=240)[0] for job in jobs]
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                os.killpg(job.pid, 9)
+                job.wait()
+    assert not ran.exists()
+    for job, out in zip(jobs, outs, strict=True):
+        assert job.returncode == 0, out[-3000:]
+    assert sorted(line for out in outs for line in out.splitlines() if line.startswith("worker ")) == [
+        "worker 0 2 2", "worker 1 2 2"]
