@@ -167,6 +167,29 @@ def test_a_linked_or_foreign_ssh_folder_is_named_and_never_followed(tmp_path):
     assert os.stat(target).st_uid == uid and sorted(os.listdir(target)) == []
 
 
+def test_an_absent_ssh_folder_the_account_cannot_make_is_named_before_any_change(tmp_path):
+    """The role makes ~/.ssh as the account (review N11), not as root: a home the account does not
+    own or may not write, or none at all, is named by validate.yml instead of failing mid-run."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    uid = os.getuid() or 4242  # an account other than root: root makes its .ssh anywhere
+    if os.getuid() == 0:
+        os.chown(home, uid, -1)
+    assert ssh_folder_problem(str(home), uid) is None
+    assert ssh_folder_problem(str(tmp_path / "nohome"), 0) is None
+    fix = f"make {home}/.ssh a folder the account owns (mode 0700) first"
+    assert ssh_folder_problem(str(home), uid + 1) == (
+        f"{home}/.ssh is missing and the account cannot make it: its home {home} is not a folder it owns "
+        f"and may write (uid {uid}, mode 0755): {fix}")
+    home.chmod(0o555)
+    assert ssh_folder_problem(str(home), uid).endswith(f"(uid {uid}, mode 0555): {fix}")
+    home.chmod(0o755)
+    assert ssh_folder_problem(str(tmp_path / "nohome"), uid) == (
+        f"{tmp_path}/nohome/.ssh is missing and its home {tmp_path}/nohome cannot be used (No such file or "
+        f"directory): make {tmp_path}/nohome/.ssh a folder the account owns (mode 0700) first")
+
+
 def test_the_registry_reads_each_concern_with_its_own_options():
     assert concerns.read("nic_mtu", Runner(), {"interface": "eth0", "timeout": "2", "persist": "none"})[
         "persist"]["manager"] == "none"

@@ -377,9 +377,9 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
     # manifest can render on the controller, each for its reason.
     unlisted = {
         ("boot_unit", "Ensure the boot-time unit is installed"),  # listed by each caller (role: boot_unit)
-        # (the private key, a secret never rendered on the controller, is written by a command)
+        # (the key pair, made on the first node, is written by a command as the account; its private
+        # half is a secret never rendered on the controller)
         ("ssh_trust", "Remove the cluster keys of earlier pairs"),  # removes lines, writes none
-        ("ssh_trust", "Ensure every node holds the public key"),  # the pair made on the first node
         ("numa_pinning", "Ensure irqbalance leaves the NIC's IRQs alone"),  # only where irqbalance is installed
         ("torch_runtime", "Copy the wheelhouse to the node"),  # the wheels: versions.torch checks what they install
         ("firewall", "Install the dead-man switch"),  # a tool, not configuration: installed by every run that uses it

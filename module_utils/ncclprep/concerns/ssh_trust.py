@@ -1,6 +1,6 @@
 """The ssh_trust concern: every node logs in to every other as the trust account, host keys checked.
 
-Reading (``read``): the account's home, the host keys and whether root may write its .ssh.
+Reading (``read``): the account's home, the host keys and whether the role may write its .ssh.
 Intent: ``intent``. Check: ``ssh.trust`` (from ssh_mesh's runs).
 """
 
@@ -23,19 +23,22 @@ from ansible.module_utils.ncclprep.sysfs import read_text
 
 
 def ssh_folder_problem(home: str, uid: int, names=()) -> str | None:
-    """Why root may not write into ``<home>/.ssh`` for the account with ``uid``, or None.
+    """Why the role may not write into ``<home>/.ssh`` for the account with ``uid``, or None.
 
     Refused: a ``.ssh`` that is a symbolic link or not a folder, one owned by another account,
     and a link among ``names`` inside it (the key pair, authorized_keys). The account owns its
-    home, so it can point any of these at a folder or file of root's, which the role's chown and
-    writes would then follow (review F5: ``~/.ssh -> /usr/local/bin`` made the account owner of
-    /usr/local/bin). An absent ``.ssh`` or file is no problem: the role creates it.
-    Looked at with ``lstat``, never following a link. Raises nothing."""
+    home, so it can point any of these at a folder or file of root's (review F5: ``~/.ssh ->
+    /usr/local/bin`` made the account owner of /usr/local/bin). This is the early, readable
+    refusal; what keeps a link planted after it harmless is that the role writes ``.ssh`` as the
+    account itself (review N11, roles/ssh_trust/tasks/keys.yml). An absent file is no problem,
+    and neither is an absent ``.ssh`` the account can make: root's always, another account's
+    when its home is a folder it owns; otherwise the problem says to make ``.ssh`` first.
+    Looked at with ``lstat``, never following a link inside the home. Raises nothing."""
     folder = os.path.join(home, ".ssh")
     try:
         st = os.lstat(folder)
     except FileNotFoundError:
-        return None
+        return None if uid == 0 else _home_problem(home, folder, uid)
     except OSError as exc:
         return f"{folder} cannot be inspected: {exc.strerror}"
     if stat.S_ISLNK(st.st_mode):
@@ -48,6 +51,19 @@ def ssh_folder_problem(home: str, uid: int, names=()) -> str | None:
         path = os.path.join(folder, name)
         if os.path.islink(path):
             return f"{path} is a symbolic link (to {os.readlink(path)})"
+    return None
+
+
+def _home_problem(home: str, folder: str, uid: int) -> str | None:
+    """Why the account ``uid`` cannot make ``folder`` (its absent ``.ssh``) in ``home``, or None."""
+    fix = f"make {folder} a folder the account owns (mode 0700) first"
+    try:
+        st = os.stat(home)
+    except OSError as exc:
+        return f"{folder} is missing and its home {home} cannot be used ({exc.strerror}): {fix}"
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or not st.st_mode & stat.S_IWUSR:
+        return (f"{folder} is missing and the account cannot make it: its home {home} is not a folder it "
+                f"owns and may write (uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}): {fix}")
     return None
 
 
