@@ -21,6 +21,7 @@ import ipaddress
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import diagnose_sysctl, parse_sysctl_a
 from ansible.module_utils.ncclprep.parsers import SEVERITIES, finding
@@ -925,44 +926,85 @@ def diagnose_text(text: str, name: str = "<stdin>", host: str | None = None, *, 
         return _result(name, kind, fallback_host, f"{name}: could not be read ({type(exc).__name__}: {exc})")
 
 
-def diagnose_dumps(dumps: list[tuple[str, bytes]], host: str | None = None, forgive: list[str] | None = None) -> dict:
-    """torch's flight recorder dumps (``[(file name, bytes)]``, one per rank) read together: one result
-    shaped as ``diagnose_text``'s, kind ``flight_recorder``. A dump refused (it names a class or
-    function, or is not a dump) is named in ``error`` and left out; the rank of each is the number
-    its file name ends with. A refused file named in ``forgive`` (found in a folder: a job's own
-    pickle beside the dumps) is a note instead of an error. Never raises."""
+def diagnose_dumps(dumps: list[tuple[str, bytes | Callable[[], bytes]]], host: str | None = None,
+                   forgive: list[str] | None = None) -> dict:
+    """torch's flight recorder dumps (``[(file name, bytes or a function that reads them)]``, one per
+    rank) read together: one result shaped as ``diagnose_text``'s, kind ``flight_recorder``. A dump
+    refused (it names a class or function, is not a dump, or is of a shape or size no dump has:
+    ``flight_recorder.load_dump``) or whose reading raises OSError is named in ``error`` and left
+    out, and the others are still read; the rank of each is the number its file name ends with. A
+    refused file named in ``forgive`` (found in a folder: a job's own pickle beside the dumps) is a
+    note instead of an error.
+
+    The dumps are read one at a time, and only their checked fields are kept: a function given
+    instead of bytes is called when its turn comes, so one dump's bytes (at most MAX_DUMP_BYTES)
+    are held at once. Past MAX_TOTAL_DUMP_BYTES read, or MAX_TOTAL_ITEMS entries and listed ranks
+    kept, the remaining dumps are left out with an error. Never raises."""
     from ansible.module_utils.ncclprep.parsers import flight_recorder as fr
 
     name = f"flight recorder ({len(dumps)} dump{'s' if len(dumps) != 1 else ''})"
-    out = _result(name, "flight_recorder", host, None, facts={})
+    try:
+        return _diagnose_dumps(dumps, name, host, set(forgive or []), fr)
+    except Exception as exc:  # last resort: never a traceback
+        return _result(name, "flight_recorder", host, f"{name}: could not be read ({type(exc).__name__}: "
+                                                      f"{str(exc)[:200]})", facts={})
+
+
+def _load_each_dump(dumps: list, fr) -> tuple[dict[int, dict], dict[str, int], list[tuple[str, str]]]:
+    """``({rank: checked dump}, {file name: rank}, [(file name, why it was left out)])``: the dumps
+    read one at a time (``diagnose_dumps``), each file's bytes dropped once read."""
     loaded: dict[int, dict] = {}
-    errors = []
+    ranks: dict[str, int] = {}
+    errors: list[tuple[str, str]] = []
+    read_bytes = held = 0
     for path, data in dumps:
+        if read_bytes >= fr.MAX_TOTAL_DUMP_BYTES or held >= fr.MAX_TOTAL_ITEMS:
+            errors.append((path, f"left out: the dumps before it came to {read_bytes} bytes and {held} entries and "
+                                 f"ranks, the most read in one run ({fr.MAX_TOTAL_DUMP_BYTES} bytes, "
+                                 f"{fr.MAX_TOTAL_ITEMS} entries and ranks); give the dumps of fewer ranks"))
+            continue
         rank = fr.dump_rank(path)
         try:
-            dump = fr.load_dump(data)
+            raw = data() if callable(data) else data
+            read_bytes += len(raw)
+            dump = fr.load_dump(raw)
         except fr.DumpRefused as exc:
-            errors.append(f"{path}: {exc}")
+            errors.append((path, str(exc)))
             continue
+        except OSError as exc:
+            errors.append((path, f"cannot be read ({exc.strerror or exc})"))
+            continue
+        except Exception as exc:  # a dump no check foresaw: said for this file, the others still read
+            errors.append((path, f"could not be read ({type(exc).__name__}: {str(exc)[:200]})"))
+            continue
+        finally:
+            raw = None
         if rank is None or rank in loaded:
-            errors.append(f"{path}: no rank at the end of its name (torch writes <prefix><rank>), or a second dump of "
-                          f"rank {rank}: left out")
+            errors.append((path, f"no rank at the end of its name (torch writes <prefix><rank>), or a second dump of "
+                                 f"rank {rank}: left out"))
             continue
         loaded[rank] = dump
-    forgiven = [e for e in errors if e.split(": ", 1)[0] in set(forgive or [])]
-    errors = [e for e in errors if e not in forgiven]
-    out["notes"] += [f"not read: {e}" for e in forgiven]
+        ranks[path] = rank
+        held += len(dump["entries"]) + sum(len(c["ranks"]) for c in dump.get("pg_config", {}).values())
+    return loaded, ranks, errors
+
+
+def _diagnose_dumps(dumps: list, name: str, host: str | None, forgive: set[str], fr) -> dict:
+    out = _result(name, "flight_recorder", host, None, facts={})
+    loaded, ranks, errors = _load_each_dump(dumps, fr)
+    out["notes"] += [f"not read: {path}: {why}" for path, why in errors if path in forgive]
+    errors = [f"{path}: {why}" for path, why in errors if path not in forgive]
     if errors:
         out["error"] = "; ".join(errors)
     if not loaded:
         return out
-    versions = sorted({str(d.get("version")) for d in loaded.values()})
+    versions = sorted({d["version"] for d in loaded.values()})
     out["read"].append(f"dumps of ranks {', '.join(map(str, sorted(loaded)))} (flight recorder version "
                        f"{', '.join(versions)}), {sum(len(d['entries']) for d in loaded.values())} entries")
     try:
         stuck = fr.analyze(loaded)
         found = fr.diagnose_flight_recorder(stuck, host)
-    except Exception as exc:  # a dump of an odd shape (a field of another type, deep nesting): said, not raised
+    except Exception as exc:  # a dump of an odd shape (a field of another type): said, not raised
         out["error"] = "; ".join([*errors, f"the dumps could not be read together ({type(exc).__name__}: "
                                            f"{str(exc)[:200]})"])
         return out
@@ -971,8 +1013,8 @@ def diagnose_dumps(dumps: list[tuple[str, bytes]], host: str | None = None, forg
                            + ", ".join(f"{r}: #{s}" for r, s in sorted(g["last"].items())))
     for f in found:
         f = dict(f)
-        f["evidence"] = [f"{path}: rank {fr.dump_rank(path)}" for path, _ in dumps
-                         if fr.dump_rank(path) in set(f.get("suspects") or []) | set(f.get("waiting") or [])][:6]
+        shown = set(f.get("suspects") or []) | set(f.get("waiting") or [])
+        f["evidence"] = [f"{path}: rank {r}" for path, r in ranks.items() if r in shown][:6]
         out["findings"].append(f)
     if not stuck:
         out["notes"].append("no collective is left uncompleted in these dumps: no rank was stuck when they were "

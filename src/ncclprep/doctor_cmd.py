@@ -9,6 +9,8 @@ read (a missing file, an unknown kind, binary or empty input).
 from __future__ import annotations
 
 import argparse
+import errno
+import ipaddress
 import json
 import os
 import re
@@ -77,9 +79,22 @@ def build_parser(stream=None) -> argparse.ArgumentParser:
                         help="the kind of every input, instead of detecting it (kinds below)")
     parser.add_argument("--line-rate", type=float, metavar="GBITS",
                         help="per-node network line rate in Gb/s for nccl-tests (4 x 200 Gb/s NICs: 800)")
-    parser.add_argument("--cluster-cidr", action="append", metavar="CIDR",
-                        help="the cluster's subnet to judge ufw rules for (default: the subnets the rules name)")
+    parser.add_argument("--cluster-cidr", action="append", metavar="CIDR", type=cidr,
+                        help="the cluster's subnet to judge ufw rules for, such as 10.0.0.0/16 (default: the subnets "
+                             "the rules name)")
     return parser
+
+
+def cidr(value: str) -> str:
+    """``value`` when it is an IPv4 or IPv6 subnet (host bits may be set: 10.0.0.7/24), else
+    argparse.ArgumentTypeError naming it, so ``--cluster-cidr 10.0.0.0/33`` is a usage error
+    (exit 2) rather than a subnet left out of the ufw judgement unsaid."""
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a subnet ({exc}); give one such as 10.0.0.0/16 "
+                                         "or fd00::/64") from None
+    return value
 
 
 #: How much of an input is read: its first and last HEAD_TAIL_BYTES (a job's log says how it
@@ -87,30 +102,43 @@ def build_parser(stream=None) -> argparse.ArgumentParser:
 #: 2 x 1 MiB (about 30,000 lines of an NCCL log) keeps a 2 GB file to seconds and well under
 #: 200 MB of memory (review F14; bench/doctor_input.py: 2 x 4 MiB took 15 s and 216 MB here).
 HEAD_TAIL_BYTES = 1024 * 1024
+#: The most read from a pipe (standard input, a named pipe): it cannot be read from its end, so
+#: it is read through, and ``yes |`` would never end. 64 MiB take well under a second.
+MAX_STREAM_BYTES = 64 * 1024 * 1024
 _CHUNK = 1024 * 1024
+
+
+class InputError(Exception):
+    """An input that is not read, with the reason in words (``str``)."""
 
 
 def _read_bounded(fh) -> tuple[bytes, int]:
     """``(data, skipped)``: all of binary stream ``fh``, or its first and last HEAD_TAIL_BYTES
     joined by a newline, with ``skipped`` the number of bytes left out between them (0: all
-    read). A seekable file is read from both ends; a pipe is read through, keeping its tail."""
+    read). A regular file is read from both ends; anything else (a pipe, a device given as
+    standard input) is read through, keeping its tail, and raises InputError past
+    MAX_STREAM_BYTES (``yes |`` and ``< /dev/zero`` never end)."""
     head = fh.read(HEAD_TAIL_BYTES)
     if len(head) < HEAD_TAIL_BYTES:
         return head, 0
     try:
-        size = os.fstat(fh.fileno()).st_size
-        seekable = fh.seekable() and size > 0
+        info = os.fstat(fh.fileno())
+        seekable = stat.S_ISREG(info.st_mode) and info.st_size > 0 and fh.seekable()
+        size = info.st_size
     except (OSError, AttributeError, ValueError):
         seekable = False
     if seekable:
         if size <= 2 * HEAD_TAIL_BYTES:
-            return head + fh.read(), 0
+            return head + fh.read(HEAD_TAIL_BYTES), 0
         fh.seek(size - HEAD_TAIL_BYTES)
         tail = fh.read(HEAD_TAIL_BYTES)
         return head + b"\n" + tail, size - len(head) - len(tail)
     tail, total = bytearray(), len(head)
-    while chunk := fh.read(_CHUNK):
+    while chunk := fh.read(min(_CHUNK, MAX_STREAM_BYTES + 1 - total)):
         total += len(chunk)
+        if total > MAX_STREAM_BYTES:
+            raise InputError(f"went on past {MAX_STREAM_BYTES // (1024 * 1024)} MiB, the most read from a pipe or "
+                             "device; save it to a file and give the file (a file is read from both ends)")
         tail += chunk
         del tail[:-HEAD_TAIL_BYTES]
     if total <= 2 * HEAD_TAIL_BYTES:  # the tail overlaps the head: nothing was skipped
@@ -118,7 +146,34 @@ def _read_bounded(fh) -> tuple[bytes, int]:
     return head + b"\n" + bytes(tail), total - len(head) - len(tail)
 
 
-def _read(path: str, stdin) -> tuple[str | None, str | None, str | None]:
+def _open(path: str, in_dir: bool):
+    """``(binary file, is a pipe)`` for ``path``, opened without blocking (a named pipe with no
+    writer would block in ``open`` for good) and checked with ``fstat`` on what was opened: a
+    regular file or a pipe, never a folder, device or socket (``/dev/zero`` never ends). A file
+    found in a folder (``in_dir``) that is a symbolic link is not followed (``O_NOFOLLOW``: a link
+    out of the folder, to ``/etc/passwd``, is not read). Raises OSError or InputError."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if in_dir else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if in_dir and exc.errno == errno.ELOOP:
+            raise InputError("a symbolic link: not followed out of the folder") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError("is a directory, not a file")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            raise InputError("a device or socket, not a file (give a file, or '-' for standard input)")
+        if stat.S_ISFIFO(mode):  # reads wait for the writer, and end when it closes
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), stat.S_ISFIFO(mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read(path: str, stdin, in_dir: bool = False) -> tuple[str | None, str | None, str | None]:
     """``(text, None, note)`` or ``(None, reason, None)`` for one path (``-``: standard input);
     ``note`` says what was skipped of a large input (None: all of it was read)."""
     try:
@@ -126,14 +181,20 @@ def _read(path: str, stdin) -> tuple[str | None, str | None, str | None]:
             if hasattr(stdin, "buffer"):
                 data, skipped = _read_bounded(stdin.buffer)
             else:
-                data, skipped = stdin.read().encode("utf-8", errors="replace"), 0
+                text = stdin.read(MAX_STREAM_BYTES + 1)
+                if len(text) > MAX_STREAM_BYTES:
+                    raise InputError(f"more than {MAX_STREAM_BYTES} characters on standard input")
+                data, skipped = text.encode("utf-8", errors="replace"), 0
         else:
-            with open(path, "rb") as fh:
+            fh, _pipe = _open(path, in_dir)
+            with fh:
                 data, skipped = _read_bounded(fh)
     except FileNotFoundError:
         return None, "no such file", None
     except IsADirectoryError:
         return None, "is a directory, not a file", None
+    except InputError as exc:
+        return None, str(exc), None
     except (OSError, UnicodeError) as exc:
         return None, f"cannot be read ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})", None
     note = None
@@ -147,6 +208,8 @@ def _read(path: str, stdin) -> tuple[str | None, str | None, str | None]:
 
 #: Files read from the folders given (a job's debug folder: per-rank logs, NCCL's, the dumps).
 MAX_DIR_FILES = 2000
+#: Names listed in one folder at most (a folder of a million files is not a job's debug folder).
+MAX_DIR_ENTRIES = 10 * MAX_DIR_FILES
 
 
 def _natural(name: str) -> list:
@@ -154,53 +217,102 @@ def _natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def _expand(paths: list[str]) -> tuple[list[tuple[str, bool]], int]:
-    """``paths`` with each folder replaced by the files under it (sorted, hidden ones left out):
-    ``([(path, came from a folder; None for a folder without files)], files left out past
-    MAX_DIR_FILES)``."""
-    out: list[tuple[str, bool]] = []
-    skipped = 0
+def _listing(folder: str) -> tuple[list[str], list[str], int, bool]:
+    """``(sub-folders, regular files, symbolic links, cut)`` of ``folder`` in natural order, hidden
+    names left out, read with ``lstat`` (``DirEntry`` without following links); at most
+    MAX_DIR_ENTRIES names are listed (``cut`` when there were more)."""
+    dirs, files, links, cut = [], [], 0, False
+    try:
+        with os.scandir(folder) as it:
+            for n, entry in enumerate(it):
+                if n == MAX_DIR_ENTRIES:
+                    cut = True
+                    break
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_symlink():
+                        links += 1
+                    elif entry.is_dir(follow_symlinks=False):
+                        dirs.append(entry.name)
+                    elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".tmp"):
+                        files.append(entry.name)
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return sorted(dirs, key=_natural), sorted(files, key=_natural), links, cut
+
+
+def _expand(paths: list[str]) -> tuple[list[tuple[str, bool | None]], list[str]]:
+    """``paths`` with each folder replaced by the files under it (natural order, depth first,
+    hidden ones left out): ``([(path, came from a folder; None for a folder without files)],
+    notes)``. Only regular files are taken (a named pipe would block the read, a device never
+    end), no half-written dump (the template writes <prefix><rank>.tmp, then renames it), and no
+    symbolic link (it may lead out of the folder). The walk stops at MAX_DIR_FILES files in all;
+    the notes say what was left out."""
+    out: list[tuple[str, bool | None]] = []
+    taken = links = 0
+    full = long_listing = False
     for path in paths:
         if path == "-" or not os.path.isdir(path):
             out.append((path, False))
             continue
-        found = []
-        for folder, dirs, files in os.walk(path):
-            dirs[:] = sorted((d for d in dirs if not d.startswith(".")), key=_natural)
-            for f in sorted(files, key=_natural):
-                full = os.path.join(folder, f)
-                # regular files only (a named pipe would block the read, a device never end); no
-                # half-written dump (the template writes <prefix><rank>.tmp, then renames it)
-                try:
-                    regular = stat.S_ISREG(os.stat(full).st_mode)
-                except OSError:
-                    regular = False
-                if regular and not f.startswith(".") and not f.endswith(".tmp"):
-                    found.append(full)
-        if not found:
+        found = 0
+        todo = [path]  # folders still to list, the next one last
+        while todo and not full:
+            folder = todo.pop()
+            dirs, files, n_links, cut = _listing(folder)
+            links += n_links
+            long_listing = long_listing or cut
+            for f in files:
+                if taken == MAX_DIR_FILES:
+                    full = True
+                    break
+                out.append((os.path.join(folder, f), True))
+                taken += 1
+                found += 1
+            todo += [os.path.join(folder, d) for d in reversed(dirs)]
+        if not found and not full:
             out.append((path, None))  # an empty folder: said as such
-            continue
-        room = max(0, MAX_DIR_FILES - sum(1 for _p, d in out if d))
-        out += [(f, True) for f in found[:room]]
-        skipped += max(0, len(found) - room)
-    return out, skipped
+    notes = []
+    if full:
+        notes.append(f"the folders hold more than {MAX_DIR_FILES} files: the first {MAX_DIR_FILES} in name order were "
+                     "read, the walk stopped there")
+    if long_listing:
+        notes.append(f"a folder holds more than {MAX_DIR_ENTRIES} names: only {MAX_DIR_ENTRIES} of them were listed")
+    if links:
+        notes.append(f"{links} symbolic link(s) in the folders were not followed (a link may lead out of the folder; "
+                     "give its target itself to read it)")
+    return out, notes
 
 
-def _read_dump(path: str) -> bytes | None:
-    """A flight recorder dump's bytes, whole (they are refused past MAX_DUMP_BYTES), or None when
-    ``path`` is standard input, unreadable, or does not start as a pickle."""
+def _dump_reader(path: str, in_dir: bool):
+    """A function reading the flight recorder dump at ``path`` (``diagnose_dumps`` calls it when that
+    dump's turn comes), or None when ``path`` is standard input, not a regular file, unreadable,
+    or does not start as a pickle."""
     from ansible.module_utils.ncclprep.parsers.flight_recorder import MAX_DUMP_BYTES, is_dump
 
     if path == "-":
         return None
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(3)
-            if not is_dump(head):
+    try:  # stat first: a named pipe opened and closed here would lose what its writer wrote
+        if not stat.S_ISREG((os.lstat(path) if in_dir else os.stat(path)).st_mode):
+            return None
+        fh, pipe = _open(path, in_dir)
+        with fh:
+            if pipe or not is_dump(fh.read(3)):
                 return None
-            return head + fh.read(MAX_DUMP_BYTES)
-    except OSError:
+    except (OSError, InputError):
         return None
+
+    def read() -> bytes:
+        fh, pipe = _open(path, in_dir)
+        with fh:
+            if pipe:
+                raise InputError("no longer a regular file")
+            return fh.read(MAX_DUMP_BYTES + 1)  # one byte more: load_dump refuses what is larger
+
+    return read
 
 
 def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
@@ -220,18 +332,18 @@ def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
         intent = load_sysctl_intent()
         results = []
         dumps = []
-        inputs, skipped = _expand(args.files or ["-"])
+        inputs, folder_notes = _expand(args.files or ["-"])
         from_folder = {path for path, in_dir in inputs if in_dir}
         for path, in_dir in inputs:
             name = "<stdin>" if path == "-" else path
             if in_dir is None:
                 results.append(diagnose_text("", name, args.host) | {"error": f"{name}: a folder with no file in it"})
                 continue
-            dump = _read_dump(path)
+            dump = _dump_reader(path, bool(in_dir))
             if dump is not None:
                 dumps.append((name, dump))
                 continue
-            text, problem, note = _read(path, stdin)
+            text, problem, note = _read(path, stdin, bool(in_dir))
             if problem and in_dir:  # a job folder holds other files too (a core file, an empty log)
                 results.append(diagnose_text("", name, args.host) | {"error": None, "notes": [f"not read: {problem}"]})
                 continue
@@ -248,9 +360,8 @@ def doctor_main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
                                             "no error)")
             if note:
                 results[-1]["notes"].insert(0, note)
-        if skipped:
-            note = f"{skipped} more files in the folders were not read (at most {MAX_DIR_FILES})"
-            results.append(diagnose_text("", "(folders)", args.host) | {"error": None, "notes": [note]})
+        if folder_notes:
+            results.append(diagnose_text("", "(folders)", args.host) | {"error": None, "notes": folder_notes})
         if dumps:
             results.append(diagnose_dumps(dumps, args.host, forgive=[name for name, _ in dumps
                                                                       if name in from_folder]))

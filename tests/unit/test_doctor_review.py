@@ -53,14 +53,21 @@ def test_a_memo_index_in_a_tiny_pickle_does_not_allocate_its_size():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
 
 
-def test_shared_deep_or_odd_fields_are_shown_short_and_never_end_the_run():
+def test_shared_or_deep_fields_cost_their_file_an_error_odd_ones_read_as_absent_and_never_end_the_run():
+    """Security review N8: a shared or deep field was read and shown as "?"; such a dump is now
+    refused for its file when loaded (before any of it is shown), and the other ranks are read."""
     shared = [1]
     for _ in range(22):
         shared = [shared, shared]  # 2**22 leaves when walked, 400 bytes pickled
-    for data in (dump([entry(1, sizes=shared)]), deep_dump(200_000)):
+    for data, said in ((dump([entry(1, sizes=shared)]), "(a memo bomb)"),
+                       (deep_dump(200_000), "nests deeper than 32 levels")):
         result = diagnose_dumps([("r/nccl_trace_rank_0", data),
                                  ("r/nccl_trace_rank_1", dump([entry(0, done=True)]))])
-        assert result["error"] is None and "input sizes ?" in result["findings"][0]["message"]
+        assert result["error"].startswith("r/nccl_trace_rank_0: ") and said in result["error"], result["error"]
+        assert result["read"][0].startswith("dumps of ranks 1 (flight recorder version 2.10)")
+    odd_sizes = dump([entry(1, sizes=[[1, 2, [3]]]), entry(1, sizes=[[10**30]])])
+    result = diagnose_dumps([("r/nccl_trace_rank_0", odd_sizes)])
+    assert result["error"] is None and "input sizes ?" in result["findings"][0]["message"]
     odd = pickle.dumps({"version": "2.10", "pg_config": ["not", "a", "dict"], "entries": [
         dict(entry(1), collective_seq_id="1"), entry(2)]}, protocol=4)
     result = diagnose_dumps([("r/nccl_trace_rank_0", odd)])
