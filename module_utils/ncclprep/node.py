@@ -2,7 +2,8 @@
 values, name resolution of every cluster name, port counters, GIDs, the training data and the
 node's own tools (hostinfo). ``read_facts`` is the whole reading; library/node_facts.py runs it
 as an Ansible module and ``ncclprep node check`` (module_utils/ncclprep/nodecheck.py) runs it
-without Ansible, so both see the same node the same way.
+without Ansible, so both see the same node the same way. ``read_quick`` is the Slurm Prolog's
+part of it: the data-plane interface and the members' names, within its few seconds.
 
 Commands run through a ``run(argv, timeout_s) -> (rc, stdout, stderr)`` (hostinfo's
 ``subprocess_runner`` on a node) and tools are found with ``which(name) -> path | None``, so
@@ -18,6 +19,7 @@ import os
 import platform
 import shutil
 import socket
+from collections.abc import Collection
 
 from ansible.module_utils.ncclprep import concerns
 from ansible.module_utils.ncclprep.concerns import roce_qos
@@ -174,6 +176,37 @@ def limits() -> dict:
     return {"memlock": None if soft == resource.RLIM_INFINITY else soft, "shm_bytes": shm, "rdma_devices": rdma}
 
 
+def find_data_plane(ifaces: dict, cidr: str, interface: str | None) -> dict | None:
+    """The data-plane interface among ``ifaces`` (``interfaces``' shape): the one named
+    ``interface`` when it has an address in ``cidr``, else (``interface`` None) the first with
+    one; ``{interface, address, mtu (bytes), operstate}``, None when there is none."""
+    addr_map = {name: info["addresses"] for name, info in ifaces.items()}
+    if interface:
+        found = iface_for_cidr({interface: addr_map.get(interface, [])}, cidr)
+    else:
+        found = iface_for_cidr(addr_map, cidr)
+    if not found:
+        return None
+    name, address = found
+    return {"interface": name, "address": address, "mtu": ifaces[name]["mtu"], "operstate": ifaces[name]["operstate"]}
+
+
+def _options(options: dict) -> dict:
+    """OPTIONS' values of ``options`` converted (options.coerce), the cidr and sysctl keys checked.
+    Raises ValueError naming the option."""
+    p = coerce(OPTIONS, options, "node")
+    try:
+        parse_cidr(p["cidr"])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"cidr: {exc}") from exc
+    for key in p["sysctl_keys"]:
+        try:
+            proc_path(key)
+        except ValueError as exc:
+            raise ValueError(f"sysctl_keys: {exc}") from exc
+    return p
+
+
 def read_facts(options: dict, run: Runner, which: Which) -> dict:
     """The node's facts (library/node_facts.py RETURN: hostname, versions, interfaces, limits,
     data_plane, cidr, sysctl_tuning, host_names, counters, rdma_gids, dataset, hostinfo).
@@ -186,28 +219,10 @@ def read_facts(options: dict, run: Runner, which: Which) -> dict:
     connect), ``dataset_path`` (None: none). Raises ValueError naming the option for a bad cidr,
     sysctl key or type; never for what it finds on the node.
     """
-    p = coerce(OPTIONS, options, "node")
-    try:
-        parse_cidr(p["cidr"])
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"cidr: {exc}") from exc
-    for key in p["sysctl_keys"]:
-        try:
-            proc_path(key)
-        except ValueError as exc:
-            raise ValueError(f"sysctl_keys: {exc}") from exc
+    p = _options(options)
     me = socket.gethostname()
     ifaces = interfaces(run)
-    addr_map = {name: info["addresses"] for name, info in ifaces.items()}
-    if p["interface"]:
-        found = iface_for_cidr({p["interface"]: addr_map.get(p["interface"], [])}, p["cidr"])
-    else:
-        found = iface_for_cidr(addr_map, p["cidr"])
-    data_plane = None
-    if found:
-        name, address = found
-        data_plane = {"interface": name, "address": address, "mtu": ifaces[name]["mtu"],
-                      "operstate": ifaces[name]["operstate"]}
+    data_plane = find_data_plane(ifaces, p["cidr"], p["interface"])
     live = read_live(p["sysctl_keys"])
     sysctl = {key: {"value": value, "writable": value is not None and os.access(proc_path(key), os.W_OK)}
               for key, value in live.items()}
@@ -230,6 +245,29 @@ def read_facts(options: dict, run: Runner, which: Which) -> dict:
         # read-only tools that may be absent (None then); each command under its own deadline
         "hostinfo": collect_hostinfo(run, which, max(timeout, 10.0), me,
                                      interface=data_plane["interface"] if data_plane else None),
+    }
+
+
+def read_quick(options: dict, names_filter: Collection[str] | None = None, run: Runner | None = None) -> dict:
+    """The Slurm Prolog's reading (nodehealth.quick_rows): of ``read_facts``' facts only
+    ``hostname``, ``interfaces``, ``data_plane``, ``cidr`` and ``host_names``, read as read_facts
+    reads them, so that data_plane.interface and names.resolve judge them alike; but the names
+    are looked up and not connected to (host_names.resolve with ``reach`` False: names.reachable
+    is not the Prolog's, and one member that does not answer took 5.6 s of its 6; review N10),
+    and only those of the members in ``names_filter`` (the intent's ``host`` of each entry; None:
+    every member). No torch, no hostinfo tools, no dataset, no counters: one ``ip`` command and
+    the look-ups (at most ``timeout * 2 + 1`` s, host_names.resolve). ``options``: read_facts'.
+    Raises ValueError naming the option, as read_facts does."""
+    p = _options(options)
+    run = run or subprocess_runner
+    ifaces = interfaces(run)
+    names = p["names"] if names_filter is None else [e for e in p["names"] if e.get("host") in names_filter]
+    return {
+        "hostname": socket.gethostname(),
+        "interfaces": ifaces,
+        "data_plane": find_data_plane(ifaces, p["cidr"], p["interface"]),
+        "cidr": p["cidr"],
+        "host_names": resolve(names, p["connect_port"], p["timeout"], reach=False),
     }
 
 

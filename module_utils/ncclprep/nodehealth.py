@@ -72,8 +72,9 @@ COMMAND_TIMEOUT = 10.0
 #: The command that refreshes the record in the background.
 REFRESH = ["/usr/local/sbin/ncclprep", "node", "check", "--json"]
 EXIT_ACTED, EXIT_USAGE, EXIT_UNKNOWN = 0, 2, 3
-#: What the Prolog reads now: the node check's modules, and of their rows the ones a job needs here
-#: (names.reachable is left out: a member down elsewhere is no fault of this node).
+#: What the Prolog reads now (node.read_quick: the data-plane interface, the job's members' names
+#: looked up, none connected to): the node check's modules, and of their rows the ones a job needs
+#: here (names.reachable is left out: a member down elsewhere is no fault of this node).
 PROLOG_MODULES = ("data_plane", "host_names")
 PROLOG_CHECKS = ("data_plane.interface", "names.resolve")
 #: Seconds the Prolog's reading may take (its Slurm commands come after, 10 s in all is Slurm's ask).
@@ -451,17 +452,51 @@ def health(host: str, record: dict | None, ledger_path: str, runner: Runner, max
         f"ncclprep health {result['line']}", out
 
 
-def _read_quick(progress, intent: str) -> None:
-    """PROLOG_CHECKS' rows of this node now (run_with_deadline's child)."""
+def _job_members(doc: dict, nodelist: str | None) -> set[str] | None:
+    """The members among the job's Slurm nodes (``nodelist``: Slurm's expression; a Slurm name
+    matches a member by full or short name, jobpreflight.job_members), None (every member) without
+    a node list or when it cannot be expanded. A node that is no member has no name to look up."""
+    from ansible.module_utils.ncclprep.jobpreflight import hostnames, job_members
+
+    if not nodelist:
+        return None
+    try:
+        nodes = hostnames(nodelist)
+    except nodecheck.CouldNotRun:
+        return None
+    entries = (doc.get("node") or {}).get("names") or []
+    members = {e["host"]: e.get("address") for e in entries if isinstance(e, dict) and e.get("host")}
+    found: set[str] = set()
+    for name in nodes:
+        try:
+            found.update(job_members(members, [name])[0])
+        except nodecheck.CouldNotRun:
+            pass
+    return found
+
+
+def _read_quick(progress, intent: str, nodelist: str | None = None) -> None:
+    """PROLOG_CHECKS' rows of this node now (run_with_deadline's child): node.read_quick, judged by
+    the node check's functions."""
+    from ansible.module_utils.ncclprep.node import read_quick
+
     doc = nodecheck.intent_document(intent)
-    facts = nodecheck.read_node(doc, PROLOG_MODULES, intent)
+    if not isinstance(doc["node"], dict):
+        raise nodecheck.CouldNotRun(f"{intent}: no node options: run site.yml again")
+    try:
+        facts = read_quick(doc["node"], _job_members(doc, nodelist))
+    except ValueError as exc:
+        raise nodecheck.CouldNotRun(f"node: {exc} (from {intent})") from None
     progress.result([r for r in nodecheck.check(doc, facts, PROLOG_MODULES) if r["id"] in PROLOG_CHECKS])
 
 
-def quick_rows(intent: str = INTENT_FILE, deadline: float = PROLOG_DEADLINE) -> tuple[list[dict] | None, str | None]:
+def quick_rows(intent: str = INTENT_FILE, deadline: float = PROLOG_DEADLINE,
+               nodelist: str | None = None) -> tuple[list[dict] | None, str | None]:
     """``(rows, None)`` of PROLOG_CHECKS read now, or ``(None, why)`` when the reading failed or
-    passed ``deadline`` seconds (nodecheck.CouldNotRun's text: no intent file ...). Raises nothing."""
-    run = run_with_deadline(_read_quick, {"intent": intent}, deadline)
+    passed ``deadline`` seconds (nodecheck.CouldNotRun's text: no intent file ...). ``nodelist``:
+    the job's nodes (Slurm's expression, SLURM_JOB_NODELIST): only their names are looked up
+    (None: every member's). Raises nothing."""
+    run = run_with_deadline(_read_quick, {"intent": intent, "nodelist": nodelist}, deadline)
     if run["outcome"] == "result":
         return run["value"], None
     if run["outcome"] == "hang":
@@ -582,7 +617,8 @@ def main(argv: list[str], command: str = "health") -> int:
             or socket.gethostname().split(".")[0])
     rules = {"window": opts.strike_window, "max_drained": opts.max_drained}
     if command == "prolog":
-        rows, why = quick_rows(opts.intent)
+        rows, why = quick_rows(opts.intent, nodelist=os.environ.get("SLURM_JOB_NODELIST")
+                               or os.environ.get("SLURM_NODELIST"))
         code, line, _ = prolog(host, rows, why, record, subprocess_runner, opts.max_age, opts.dry_run,
                                ledger_path=opts.ledger, **rules)
         print(line)

@@ -1,7 +1,7 @@
 """The host_names concern: every member's name resolves to its data-plane address on every node.
 
 Reading: ``resolve`` looks each name up and connects to it (facts ``host_names``; node.read_facts
-runs it with the intent's names). Intent:
+runs it with the intent's names, node.read_quick without the connects). Intent:
 ``intent``. Checks: ``names.resolve`` and ``names.reachable``.
 """
 
@@ -123,13 +123,15 @@ def connect(address: str, port: int, timeout: float, pause: float = RETRY_PAUSE_
     return {"reachable": False, "error": errors[-1], "retried": []}
 
 
-def resolve(entries: list, port: int, timeout: float) -> list:
+def resolve(entries: list, port: int, timeout: float, reach: bool = True) -> list:
     """Resolve every name of every entry and connect to the expected address, each under a deadline.
 
     A connect that fails is tried once more after RETRY_PAUSE_S: when that one reaches the address
     the row is reachable with ``retried`` holding the first error (names.reachable then warns
     instead of failing); a second failure keeps the second error. The whole look-up of one name
-    stays under ``timeout * 2 + 1`` s."""
+    stays under ``timeout * 2 + 1`` s. ``reach`` False: look the names up, connect to none (the
+    Slurm Prolog's reading, node.read_quick: a member that does not answer costs it nothing);
+    ``reachable`` stays None, which names.resolve does not read."""
     jobs = [(e.get("host"), name, e.get("address")) for e in entries for name in e.get("names", [])]
 
     def one(job):
@@ -143,8 +145,9 @@ def resolve(entries: list, port: int, timeout: float) -> list:
         except socket.gaierror as exc:
             row["error"] = f"cannot resolve: {exc}"
             return row
-        target = expected if expected in row["addresses"] else row["addresses"][0]
-        row.update(connect(target, port, timeout / 2))
+        if reach:
+            target = expected if expected in row["addresses"] else row["addresses"][0]
+            row.update(connect(target, port, timeout / 2))
         return row
 
     if not jobs:
