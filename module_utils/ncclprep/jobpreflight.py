@@ -347,11 +347,15 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
 
 
 def _leave_claim(job_id: str, claim: dict | None, me: str) -> None:
-    """This node's copy of the job's claim for its Epilog (retest.write_claim), said when left."""
-    from ansible.module_utils.ncclprep.retest import write_claim
+    """This node's copy of the job's claim for its Epilog (retest.write_claim), said when left or
+    when it could not be (no folder of the job's: slurm.conf's Prolog makes it)."""
+    from ansible.module_utils.ncclprep.retest import CLAIMS_DIR, write_claim
 
     if claim and write_claim(job_id, claim):
         say(f"{me}: claimed {', '.join(claim['checks'])} for root's re-test in the Epilog")
+    elif claim:
+        say(f"{me}: no claim left for root's re-test: no folder {CLAIMS_DIR}/{job_id}/ of this job's (ncclprep's "
+            "Prolog makes it where the slurm_health concern is on)")
 
 
 def _judge(store, mine: dict, names: list[str], present: list[int], settings: dict, opts: argparse.Namespace,

@@ -57,6 +57,7 @@ from ansible.module_utils.ncclprep.checks import BAD
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
 from ansible.module_utils.ncclprep.hostinfo import Runner, subprocess_runner
 from ansible.module_utils.ncclprep.nodecheck import INTENT_FILE, RECORD_FILE
+from ansible.module_utils.ncclprep.retest import CLAIMS_DIR, prolog_claims
 
 LEDGER_FILE = "/var/lib/ncclprep/health-ledger.json"
 #: Node check verdicts kept in the ledger (its oldest go first; network verdicts and events are
@@ -588,6 +589,8 @@ def parser(command: str = "health") -> argparse.ArgumentParser:
             epilog="exit codes: 0 the job runs (passes, UNKNOWN, another's drain, the circuit breaker); 1 drained, "
                    "the job is requeued; 2 bad usage.")
         p.add_argument("--intent", default=INTENT_FILE, help=f"the intent document (default {INTENT_FILE})")
+        p.add_argument("--claims", default=CLAIMS_DIR, help=f"root's folder of the jobs' claims folders, where "
+                                                            f"this job's is made (default {CLAIMS_DIR})")
     add_rule_options(p)
     p.add_argument("--record", default=RECORD_FILE, help=f"the node check's record (default {RECORD_FILE})")
     p.add_argument("--max-age", type=_seconds, default=900.0,
@@ -617,11 +620,14 @@ def main(argv: list[str], command: str = "health") -> int:
             or socket.gethostname().split(".")[0])
     rules = {"window": opts.strike_window, "max_drained": opts.max_drained}
     if command == "prolog":
+        # the job's claims folder first, whatever the verdict: its tasks may leave a claim there
+        # for the Epilog (retest.py); without it they cannot, which never stops the job
+        no_claims = prolog_claims(os.environ, opts.claims)
         rows, why = quick_rows(opts.intent, nodelist=os.environ.get("SLURM_JOB_NODELIST")
                                or os.environ.get("SLURM_NODELIST"))
         code, line, _ = prolog(host, rows, why, record, subprocess_runner, opts.max_age, opts.dry_run,
                                ledger_path=opts.ledger, **rules)
-        print(line)
+        print(line + (f"; no claim can be left for the Epilog ({no_claims})" if no_claims else ""))
         return code
     code, line, result = health(host, record, opts.ledger, subprocess_runner, opts.max_age, opts.dry_run, **rules)
     if not opts.no_refresh and refresh(opts.record, opts.refresh_after, result["verdict"].get("age_s")):

@@ -39,35 +39,41 @@ def test_a_claim_names_only_failed_network_checks_and_its_path_only_a_slurm_job_
     assert claim_of([SYSCTL, PASSING]) is None
     assert claim_of([SYSCTL, BANDWIDTH, dict(PASSING, id="collective.all_reduce", status="HANG", hosts=[])]) == {
         "checks": ["collective.all_reduce", "net.bandwidth"], "hosts": ["n3"]}
-    assert claim_path("4242", "/c") == "/c/4242.json" and claim_path("17_3", "/c") == "/c/17_3.json"
+    assert claim_path("4242", "/c") == "/c/4242/claim.json" and claim_path("17_3", "/c") == "/c/17_3/claim.json"
     for bad in ("../etc/passwd", "", "12/x", "12.json"):
         with pytest.raises(ValueError, match="not a Slurm job id"):
             claim_path(bad)
     assert write_claim("5", {"checks": ["net.bandwidth"], "hosts": ["n3"]}, str(tmp_path / "absent")) is None
+    # no folder of the job's (the Prolog made none): no claim
+    assert write_claim("5", {"checks": ["net.bandwidth"], "hosts": ["n3"]}, str(tmp_path)) is None
 
 
 def test_the_epilog_believes_only_the_jobs_users_own_regular_small_claim_and_removes_every_one(tmp_path):
     folder = str(tmp_path)
     uid = os.getuid()
     claim = {"checks": ["net.bandwidth"], "hosts": ["n3"]}
+    for job in ("7", "8", "9", "10", "11", "12"):
+        assert retest.open_claims(job, uid, folder=folder) is None  # the Prolog's part
     path = write_claim("7", claim, folder)
-    assert path == f"{folder}/7.json" and oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert path == f"{folder}/7/claim.json" and oct(os.stat(path).st_mode & 0o777) == "0o600"
     got, why = take_claim("7", uid, folder)
     assert got == dict(claim, job_id="7") and why == "job 7 claims net.bandwidth" and not os.path.exists(path)
     assert take_claim("7", uid, folder) == (None, "no claim")
     write_claim("8", claim, folder)
     got, why = take_claim("8", uid + 1, folder)
-    assert got is None and why == f"{folder}/8.json belongs to uid {uid}, not the job's user ({uid + 1}): ignored"
-    assert not os.path.exists(f"{folder}/8.json")
-    os.symlink("/etc/hostname", f"{folder}/9.json")
-    assert take_claim("9", uid, folder) == (None, f"{folder}/9.json is not a regular file: ignored")
-    assert not os.path.lexists(f"{folder}/9.json") and os.path.exists("/etc/hostname")
+    assert got is None and why == f"{folder}/8 belongs to uid {uid}, not the job's user ({uid + 1}): ignored"
+    assert not os.path.exists(f"{folder}/8")
+    os.symlink("/etc/hostname", f"{folder}/9/claim.json")
+    assert take_claim("9", uid, folder) == (
+        None, f"{folder}/9/claim.json is not a regular file (Too many levels of symbolic links): ignored")
+    assert not os.path.lexists(f"{folder}/9") and os.path.exists("/etc/hostname")
     write_claim("10", claim, folder)
-    os.rename(f"{folder}/10.json", f"{folder}/11.json")  # another job's claim under this job's name
-    assert take_claim("11", uid, folder) == (None, f"{folder}/11.json is not a claim of job 11: ignored")
-    with open(f"{folder}/12.json", "w") as fh:
+    os.rename(f"{folder}/10/claim.json", f"{folder}/11/claim.json")  # another job's claim under this job's name
+    assert take_claim("11", uid, folder) == (None, f"{folder}/11/claim.json is not a claim of job 11: ignored")
+    with open(f"{folder}/12/claim.json", "w") as fh:
         fh.write(json.dumps(dict(claim, job_id="12")) + " " * retest.CLAIM_MAX_BYTES)
     assert take_claim("12", uid, folder)[1].endswith(f"bytes (at most {retest.CLAIM_MAX_BYTES}): ignored")
+    assert take_claim("10", uid, folder) == (None, "no claim")
     assert os.listdir(folder) == []
 
 
@@ -227,6 +233,7 @@ def _epilogs(tmp_path, ctx, min_interval: float, with_claim: dict) -> dict:
     queue, procs = ctx.Queue(), []
     for host in HOSTS:
         base = tmp_path / host
+        assert retest.open_claims("77", os.getuid(), folder=str(base / "claims")) is None  # the Prolog's part
         if with_claim[host]:
             write_claim("77", {"checks": ["net.bandwidth"], "hosts": ["n3"]}, str(base / "claims"))
         args = ["--claims", str(base / "claims"), "--intent", str(tmp_path / "intent.json"),
