@@ -47,6 +47,7 @@ import fcntl
 import json
 import math
 import os
+import random
 import socket
 import subprocess
 import time
@@ -104,7 +105,10 @@ def record_verdict(record: dict | None, max_age: float, now: datetime.datetime) 
         return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is {age:.0f} s old (at most "
                                                            f"{max_age:.0f}): not a verdict on the node as it is")
     failed = [r for r in rows if r.get("status") in BAD]
-    return dict(base, status="FAIL" if failed else "PASS", failed=failed, why=None)
+    warned = [r for r in rows if r.get("status") == "WARN"]
+    degraded = [r for r in warned if r.get("id") in slurm.DEGRADED or r.get("degraded") is True]
+    status = "FAIL" if failed else "WARN" if degraded else "PASS"
+    return dict(base, status=status, failed=failed, warned=warned, why=None)
 
 
 def ledger_entry(host: str, verdict: dict, now: datetime.datetime | None = None) -> dict:
@@ -305,7 +309,7 @@ def slurm_view(host: str, runner: Runner) -> tuple[dict | None, str | None]:
 
 
 def carry_out(host: str, decision: dict, view: dict, runner: Runner, max_drained: int = slurm.MAX_DRAINED,
-              clock=time.time) -> tuple[bool, str]:
+              clock=time.time, attempts: int = 3, sleep=time.sleep) -> tuple[bool, str]:
     """Carry out slurm.decide's ``decision`` for ``host``, read in ``view`` (slurm_view's nodes):
     ``(done, line)``. Raises nothing.
 
@@ -319,6 +323,10 @@ def carry_out(host: str, decision: dict, view: dict, runner: Runner, max_drained
        slurm.limit, and at most MARK_TTL_S / 2 seconds after step 1;
     3. drain; 4. remove the mark (also when any step failed).
 
+    Hooks that mark at the same moment all see each other's marks and stand back; when only marks
+    (no drain) kept this one back, it tries again after a random pause of 0.2-2 s, up to
+    ``attempts`` rounds within MARK_TTL_S / 4 of the first: one of them then goes first.
+
     Why it holds: suppose more than the cap were drained at once, and let Z be the node among
     them whose mark came last. Each other one set its mark before Z did and kept it until after
     its own drain, so when Z read Slurm in step 2 each was marked or already drained: Z saw the
@@ -328,6 +336,15 @@ def carry_out(host: str, decision: dict, view: dict, runner: Runner, max_drained
     argv = slurm.scontrol(host, decision)
     if argv is None:
         return False, decision["why"]
+    if decision["action"] in ("avoid", "clear"):
+        nodes, why = slurm_view(host, runner)
+        then, now = view[host], (nodes or {}).get(host, {})
+        if nodes is None or any(now.get(k) != then.get(k) for k in ("weight", "features", "reason")):
+            return False, f"{host}: left as it is: it changed since it was read ({why or now.get('weight')})"
+        rc, _, err = runner(argv, COMMAND_TIMEOUT)
+        if rc != 0:
+            return False, f"{host}: {decision['action']} failed (scontrol exit {rc}: {' '.join(err.split())})"
+        return True, decision["why"]
     if decision["action"] == "resume":
         nodes, why = slurm_view(host, runner)
         if nodes is None or nodes[host].get("reason") != view[host].get("reason") or not slurm.ours(nodes[host]):
@@ -340,31 +357,48 @@ def carry_out(host: str, decision: dict, view: dict, runner: Runner, max_drained
         return True, decision["why"]
     start = clock()
     features = list(view[host].get("features") or [])
-    rc, _, err = runner(slurm.mark_argv(host, features, f"{slurm.MARK_PREFIX}{int(start)}"), COMMAND_TIMEOUT)
+    for attempt in range(1, attempts + 1):
+        done, line, features, retry = _marked_drain(host, decision, argv, features, runner, max_drained, clock,
+                                                    start)
+        if not retry or attempt == attempts or clock() - start > slurm.MARK_TTL_S / 4:
+            return done, line
+        # every hook that marked at the same moment saw the others' marks and stood back: try
+        # again after a random pause, so that the next round is not simultaneous too
+        sleep(random.uniform(0.2, 2.0))
+    return False, line
+
+
+def _marked_drain(host, decision, argv, features, runner, max_drained, clock, start):
+    """One round of carry_out's steps 1-4: ``(done, line, the node's features, retry)``; retry is
+    True when only other hooks' live marks (no drain held) kept this one back."""
+    rc, _, err = runner(slurm.mark_argv(host, features, f"{slurm.MARK_PREFIX}{int(clock())}"), COMMAND_TIMEOUT)
     if rc != 0:
         return False, (f"{host}: not drained: the breaker's mark could not be set (scontrol exit {rc}: "
-                       f"{' '.join(err.split())}): {decision['why'][len(host) + 2:]}")
+                       f"{' '.join(err.split())}): {decision['why'][len(host) + 2:]}"), features, False
     try:
         nodes, why = slurm_view(host, runner)
         if nodes is None:
-            return False, f"{host}: not drained: Slurm's view unreadable after the mark ({why})"
+            return False, f"{host}: not drained: Slurm's view unreadable after the mark ({why})", features, False
         features = nodes[host].get("features") or features
         me = nodes[host]
         if slurm.theirs(me) or slurm.held(me):
-            return False, f"{host}: not drained: it changed since it was read ({me.get('state')}, {me.get('reason')!r})"
-        others = slurm.holding(nodes, host, clock())
+            return False, (f"{host}: not drained: it changed since it was read ({me.get('state')}, "
+                           f"{me.get('reason')!r})"), features, False
+        now = clock()
+        others = slurm.holding(nodes, host, now)
         cap = slurm.limit(len(nodes), max_drained)
         if len(others) + 1 > cap:
+            held = [n for n in others if slurm.held(nodes[n])]
             return False, (f"{host}: would drain ({decision['reason']}), but ncclprep holds or is draining "
                            f"{len(others)} of {len(nodes)} nodes ({', '.join(others)}) already (at most {cap}: "
-                           "the circuit breaker)")
-        if clock() - start > slurm.MARK_TTL_S / 2:
-            return False, (f"{host}: not drained: {clock() - start:.0f} s since the mark, past its "
-                           f"{slurm.MARK_TTL_S / 2:g} s")
+                           "the circuit breaker)"), features, len(held) < cap
+        if now - start > slurm.MARK_TTL_S / 2:
+            return False, (f"{host}: not drained: {now - start:.0f} s since the mark, past its "
+                           f"{slurm.MARK_TTL_S / 2:g} s"), features, False
         rc, _, err = runner(argv, COMMAND_TIMEOUT)
         if rc != 0:
-            return False, f"{host}: drain failed (scontrol exit {rc}: {' '.join(err.split())})"
-        return True, decision["why"]
+            return False, f"{host}: drain failed (scontrol exit {rc}: {' '.join(err.split())})", features, False
+        return True, decision["why"], features, False
     finally:
         runner(slurm.mark_argv(host, features, None), COMMAND_TIMEOUT)
 
@@ -383,12 +417,13 @@ def other_jobs(host: str, job_id: str, runner: Runner) -> int | None:
 def act(host: str, verdict: dict, ledger_path: str, runner: Runner, *, record: bool = True,
         window: float = slurm.STRIKE_WINDOW_S, max_drained: int = slurm.MAX_DRAINED,
         ending_job: str | None = None, dry_run: bool = False, lock_wait: float = LOCK_WAIT_S,
-        now: datetime.datetime | None = None, clock=time.time) -> dict:
+        now: datetime.datetime | None = None, clock=time.time, attempts: int = 3) -> dict:
     """Judge ``host`` by ``verdict`` and act, under the node's lock: the ledger (this verdict's
     entry when ``record``), Slurm's view, slurm.decide, carry_out, the ledger written back with
     the decision (and a ``resumed`` event). The one path from a verdict to ``scontrol`` for the
     health check, the Prolog and root's re-test (retest.py). ``ending_job``: the Epilog's job id;
-    a node ``completing`` it counts as busy only while other jobs run there (other_jobs).
+    a node ``completing`` it counts as busy only while other jobs run there (other_jobs);
+    ``attempts``: carry_out's rounds when other hooks' marks keep a drain back (the Prolog: 1).
 
     Returns ``{status: acted|unknown, done, decision, line}``: ``unknown`` when the lock, Slurm's
     view or the ledger could not be had (``line`` says which). Raises nothing."""
@@ -411,7 +446,7 @@ def act(host: str, verdict: dict, ledger_path: str, runner: Runner, *, record: b
             if dry_run:
                 done, line = False, decision["why"] + (" (dry run)" if decision["action"] != "none" else "")
             else:
-                done, line = carry_out(host, decision, nodes, runner, max_drained, clock)
+                done, line = carry_out(host, decision, nodes, runner, max_drained, clock, attempts)
             if record and entries and entries[-1].get("run") == verdict.get("run") and "decision" not in entries[-1]:
                 entries[-1] = dict(entries[-1], decision={"action": decision["action"] if done else "none",
                                                           "why": line})
@@ -529,7 +564,7 @@ def prolog(host: str, rows: list[dict] | None, why: str | None, record: dict | N
         text = "passes" if verdict["status"] == "PASS" else f"UNKNOWN ({verdict['why']})"
         return EXIT_ACTED, f"ncclprep prolog {host}: {text}: the job runs", out
     result = act(host, verdict, ledger_path, runner, record=False, window=window, max_drained=max_drained,
-                 dry_run=dry_run, lock_wait=PROLOG_LOCK_WAIT_S, now=now, clock=clock)
+                 dry_run=dry_run, lock_wait=PROLOG_LOCK_WAIT_S, now=now, clock=clock, attempts=1)
     out.update(decision=result["decision"], done=result["done"])
     if result["status"] == "unknown":
         return EXIT_ACTED, (f"ncclprep prolog {host}: fails ({slurm.reason(verdict['failed'], host)}), but "

@@ -90,6 +90,10 @@ _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
+#: The re-test store's listener (rank 0), kept open until the process ends (retest).
+_KEEP: list = []
+
+
 class CouldNotRun(Exception):
     """The re-test cannot run here (no key, no intent, no store): nothing is judged."""
 
@@ -338,7 +342,9 @@ def verdict_of(rows: list[Mapping], host: str, hosts: list[str], run: str) -> di
         return dict(base, status="UNKNOWN", failed=[],
                     why=f"{host} was not measured ({unmeasured[0].get('id')}: {unmeasured[0].get('message')})")
     failed = slurm.judged(bad, host)
-    return dict(base, status="FAIL" if failed else "PASS", failed=failed, why=None)
+    warned = [dict(r) for r in rows if r.get("status") == "WARN"]
+    status = "FAIL" if failed else "WARN" if slurm.degraded(warned, host) else "PASS"
+    return dict(base, status=status, failed=failed, warned=warned, why=None)
 
 
 def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: bool, join_timeout: float,
@@ -361,7 +367,11 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
     rank, world = nodes.index(me), len(nodes)
     port = settings["net"]["store_port"] + RETEST_PORT_OFFSET
     try:
-        store, _listener = open_signed_store(rank, world, addresses[0], port, key, join_timeout + 30)
+        store, listener = open_signed_store(rank, world, addresses[0], port, key, join_timeout + 30)
+        # held for the life of the process: dropped at return, the socket object closed the
+        # listener's descriptor under the store's server thread, and the node's lock file (opened
+        # next, same number) then failed with EBADF
+        _KEEP.append(listener)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise CouldNotRun(f"the re-test's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
     store.set(f"may/{rank}", "1" if may else "0")

@@ -51,9 +51,10 @@ REASON_PREFIX = "ncclprep:"
 REPEAT_PREFIX = "ncclprep: repeat:"
 #: Longest reason written (sinfo -R shows it whole; a short one reads better in its column).
 REASON_MAX = 200
-#: The sinfo format this module parses: ``sinfo --noheader --Node --format '%N|%T|%f|%E'``
-#: (name, long state, available features, reason; the reason last since it may hold ``|``).
-SINFO_FORMAT = "%N|%T|%f|%E"
+#: The sinfo format this module parses: ``sinfo --noheader --Node --format '%N|%T|%w|%f|%E'``
+#: (name, long state, scheduling weight, available features, reason; the reason last since it
+#: may hold ``|``).
+SINFO_FORMAT = "%N|%T|%w|%f|%E"
 #: States of a node that runs (or finishes) a job (sinfo %T; draining = allocated and drain).
 BUSY = frozenset({"allocated", "mixed", "completing", "draining"})
 #: States of a drained node, ncclprep's or another's.
@@ -82,6 +83,17 @@ MARK_PREFIX = "ncclprep_draining_"
 #: deadline well inside it (HealthCheckProgram 45 s, Prolog 9 s; carry_out gives up after
 #: MARK_TTL_S / 2 between its mark and its drain).
 MARK_TTL_S = 300.0
+#: WARN rows that say the node is degraded but working (the WARN tier: the scheduler avoids the
+#: node, nothing drains it): an RDMA port down beside the others (links.rdma), and any row a check
+#: marks ``degraded: true``. Other WARNs are advice about settings and mark nothing.
+DEGRADED = frozenset({"links.rdma"})
+#: The node feature that marks a node ncclprep asked the scheduler to avoid:
+#: ``ncclprep_avoid_<scope>_<the weight it had>`` (scope node or network); the weight it set is
+#: AVOID_WEIGHT (or the old weight + 1 when that was higher). Slurm gives a job the nodes of the
+#: lowest weight that fit it, so a marked node runs jobs only when the others are busy (autopilot's
+#: WARN -> AppWrapper's PreferNoSchedule).
+AVOID_PREFIX = "ncclprep_avoid_"
+AVOID_WEIGHT = 1000000
 #: sinfo's suffixes on a state: * not responding, ~ powered off, # powering up, % powering
 #: down, ! pending power down, $ maintenance reservation, @ pending reboot, ^ reboot issued,
 #: - planned (backfill), + more states.
@@ -98,32 +110,51 @@ def name_ends(name: str) -> list[str]:
 
 
 def parse_sinfo(text: str) -> dict[str, dict]:
-    """``sinfo --noheader --Node --format '%N|%T|%f|%E'`` -> ``{node: {state, responding, drained,
-    busy, features, reason}}``.
+    """``sinfo --noheader --Node --format '%N|%T|%w|%f|%E'`` -> ``{node: {state, responding,
+    drained, busy, weight, features, reason}}``.
 
     ``state``: the long state without its suffix (``idle``, ``drained``, ``mixed`` ...);
-    ``responding``: False when sinfo marked it ``*``; ``features``: the available features, a list
-    ([] for ``(null)``); ``reason``: the text after the third ``|`` (it may hold ``|`` itself),
-    None for ``none``. A node listed once per partition is kept once. Raises ValueError naming a
-    line of another shape.
+    ``responding``: False when sinfo marked it ``*``; ``weight``: its scheduling weight (an int);
+    ``features``: the available features, a list ([] for ``(null)``); ``reason``: the text after
+    the fourth ``|`` (it may hold ``|`` itself), None for ``none``. A node listed once per
+    partition is kept once. Raises ValueError naming a line of another shape.
     """
     nodes: dict[str, dict] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        fields = line.split("|", 3)
-        if len(fields) != 4 or not fields[0].strip() or not fields[1].strip():
+        fields = line.split("|", 4)
+        if len(fields) != 5 or not fields[0].strip() or not fields[1].strip() or not fields[2].strip().isdigit():
             raise ValueError(f"sinfo line {n} is not '{SINFO_FORMAT}': {line!r}")
         raw = fields[1].strip().lower()
         state = raw.rstrip(_SUFFIXES)
-        features = [f for f in fields[2].strip().split(",") if f and f != "(null)"]
-        reason = fields[3].strip()
+        features = [f for f in fields[3].strip().split(",") if f and f != "(null)"]
+        reason = fields[4].strip()
         nodes[fields[0].strip()] = {
             "state": state, "responding": "*" not in raw[len(state):],
-            "drained": state in DRAINED, "busy": state in BUSY, "features": features,
+            "drained": state in DRAINED, "busy": state in BUSY, "weight": int(fields[2]), "features": features,
             "reason": None if reason in ("", "none", "(null)") else reason,
         }
     return nodes
+
+
+def avoided(info: Mapping[str, Any]) -> dict | None:
+    """``{scope, weight}`` of the node's AVOID_PREFIX mark (the scope that set it and the weight the
+    node had before), None when ncclprep does not ask the scheduler to avoid it."""
+    for feature in info.get("features") or []:
+        scope, _, weight = feature[len(AVOID_PREFIX):].rpartition("_") if feature.startswith(AVOID_PREFIX) \
+            else ("", "", "")
+        if scope in ("node", "network") and weight.isdigit():
+            return {"scope": scope, "weight": int(weight)}
+    return None
+
+
+def degraded(rows: Iterable[Mapping[str, Any]], host: str) -> list[dict]:
+    """The WARN rows of ``rows`` that say ``host`` is degraded but working (DEGRADED, or a row's own
+    ``degraded: true``) and judge it as ``judged`` does (naming it, or naming no host)."""
+    warns = [dict(r, status="FAIL") for r in rows
+             if r.get("status") == "WARN" and (r.get("id") in DEGRADED or r.get("degraded") is True)]
+    return [dict(r, status="WARN") for r in judged(warns, host)]
 
 
 def ours(info: Mapping[str, Any]) -> bool:
@@ -350,7 +381,11 @@ def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledge
            cluster: Mapping[str, Mapping[str, Any]], now: datetime.datetime | None = None,
            window: float = STRIKE_WINDOW_S, max_drained: int = MAX_DRAINED) -> dict:
     """What to do with ``host`` after ``verdict`` (``node_verdict``'s shape; its ``failed`` rows are
-    narrowed to ``judged``).
+    narrowed to ``judged``, its ``warned`` rows to ``degraded``). The tiers: FAIL drains (a repeat
+    within the window drains for a person); WARN, a node degraded but working, is marked for the
+    scheduler to avoid (``avoid``: a higher Weight, AVOID_PREFIX) and the mark is cleared
+    (``clear``) by a pass of the same scope; UNKNOWN does nothing. A FAIL whose failed rows do not
+    judge the node counts as its WARN or PASS.
 
     ``verdict`` may say its ``scope``: ``node`` (a node check, the default) or ``network`` (root's
     re-test); a pass resumes only a drain of its own scope (network_drain), never a REPEAT_PREFIX one.
@@ -358,29 +393,35 @@ def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledge
     first, this one included (``strikes``, ``resumed_lately``); ``cluster``: every node's row (the
     breaker counts ``holding``); ``now``: an aware datetime (default the present), ``window``:
     seconds a strike or a resume counts, ``max_drained``: the breaker's absolute cap (``limit``).
-    Returns ``{action, reason, why}``: action ``drain`` (reason: the one to write), ``resume`` or
-    ``none``; ``why`` is one line for the log, naming the rule. Raises ValueError for a verdict
-    status other than PASS, FAIL and UNKNOWN.
+    Returns ``{action, reason, why}``: action ``drain`` (reason: the one to write), ``resume``,
+    ``avoid`` or ``clear`` (with the ``weight`` and ``features`` to set) or ``none``; ``why`` is one
+    line for the log, naming the rule. Raises ValueError for a verdict status other than PASS,
+    WARN, FAIL and UNKNOWN.
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     status = verdict.get("status")
-    if status not in ("PASS", "FAIL", "UNKNOWN"):
-        raise ValueError(f"{host}: verdict status {status!r}; valid: PASS, FAIL, UNKNOWN")
-    failed = judged(verdict.get("failed") or [], host) if status == "FAIL" else []
-    if status == "FAIL" and not failed:
-        return _none(f"{host}: fails only checks that do not judge it ("
-                     f"{', '.join(sorted({str(r.get('id')) for r in verdict.get('failed') or []}))}): nothing done")
+    if status not in ("PASS", "WARN", "FAIL", "UNKNOWN"):
+        raise ValueError(f"{host}: verdict status {status!r}; valid: PASS, WARN, FAIL, UNKNOWN")
     if status == "UNKNOWN":
         return _none(f"{host}: UNKNOWN ({verdict.get('why')}): ncclprep neither drains nor resumes")
+    failed = judged(verdict.get("failed") or [], host) if status == "FAIL" else []
+    warned = degraded(verdict.get("warned") or [], host)
+    aside = ""
+    if status == "FAIL" and not failed:
+        aside = (" (fails only checks that do not judge it: "
+                 f"{', '.join(sorted({str(r.get('id')) for r in verdict.get('failed') or []}))})")
+    if status != "FAIL" or not failed:
+        status = "WARN" if warned else "PASS"
     other = theirs(info)
     if other:
-        return _none(f"{host}: {'passes' if status == 'PASS' else 'fails'}, but it is {other}: left alone")
-    if status == "PASS":
-        if not ours(info):
-            return _none(f"{host}: passes")
+        said = {"PASS": "passes", "WARN": "is degraded", "FAIL": "fails"}[status]
+        return _none(f"{host}: {said}{aside}, but it is {other}: left alone")
+    scope = verdict.get("scope") or "node"
+    if status in ("PASS", "WARN") and not ours(info):
+        return _avoid(host, info, scope, warned, aside)
+    if status in ("PASS", "WARN"):
         if str(info.get("reason")).startswith(REPEAT_PREFIX):
             return _none(f"{host}: passes, but drained as a repeat ({info['reason']!r}): left for a person")
-        scope = verdict.get("scope") or "node"
         if (scope == "network") != network_drain(info):
             what = "root's network re-test" if scope == "network" else "the node check"
             needs = "the node check" if scope == "network" else "only root's network re-test"
@@ -410,8 +451,36 @@ def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledge
     return {"action": "drain", "reason": text, "why": f"{host}: drained: {text}"}
 
 
+def _avoid(host: str, info: Mapping[str, Any], scope: str, warned: list[dict], aside: str) -> dict:
+    """decide's WARN tier for a node ncclprep has not drained: ``avoid`` a degraded node not marked
+    yet, ``clear`` the mark of the same scope once the node passes, else nothing."""
+    mark = avoided(info)
+    weight = int(info.get("weight") or 1)
+    keep = [f for f in info.get("features") or [] if not f.startswith(AVOID_PREFIX)]
+    if warned and mark is None:
+        text = reason(warned, host)[len(REASON_PREFIX):].strip()
+        features = keep + [f"{AVOID_PREFIX}{scope}_{weight}"]
+        return {"action": "avoid", "reason": None, "weight": max(AVOID_WEIGHT, weight + 1), "features": features,
+                "why": f"{host}: degraded ({text}){aside}: the scheduler avoids it (weight "
+                       f"{max(AVOID_WEIGHT, weight + 1)}, was {weight})"}
+    if warned:
+        return _none(f"{host}: degraded{aside}, already avoided (weight {weight})")
+    if mark is None:
+        return _none(f"{host}: passes{aside}")
+    if mark["scope"] != scope:
+        return _none(f"{host}: passes{aside}; avoided for the {mark['scope']} check's WARN, which only a pass of "
+                     "that scope clears")
+    back = mark["weight"] if weight == max(AVOID_WEIGHT, mark["weight"] + 1) else weight
+    return {"action": "clear", "reason": None, "weight": back, "features": keep,
+            "why": f"{host}: passes{aside}; no longer avoided (weight {back})"}
+
+
 def scontrol(host: str, decision: Mapping[str, Any]) -> list[str] | None:
     """The ``scontrol update`` argv that carries out ``decide``'s decision, None for ``none``."""
+    if decision["action"] in ("avoid", "clear"):
+        value = ",".join(decision["features"])
+        return ["scontrol", "update", f"NodeName={host}", f"Weight={decision['weight']}",
+                f"AvailableFeatures={value}", f"ActiveFeatures={value}"]
     if decision["action"] == "drain":
         return ["scontrol", "update", f"NodeName={host}", "State=DRAIN", f"Reason={decision['reason']}"]
     if decision["action"] == "resume":

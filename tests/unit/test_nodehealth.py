@@ -40,7 +40,8 @@ class Slurm:
         self.nodes = {}
         for line in rows.splitlines():
             name, state, reason = line.split("|", 2)
-            self.nodes[name] = {"state": state, "features": [], "reason": None if reason == "none" else reason}
+            self.nodes[name] = {"state": state, "weight": 1, "features": [],
+                                "reason": None if reason == "none" else reason}
         self.scontrol_rc, self.sinfo_rc, self.squeue, self.calls, self.peak = scontrol_rc, sinfo_rc, squeue, [], 0
         self.lock, self.delay = threading.Lock(), 0.0
 
@@ -53,11 +54,11 @@ class Slurm:
         with self.lock:
             self.calls.append(argv)
             if argv[0] == "sinfo":
-                assert argv[1:] == ["--noheader", "--Node", "--format", "%N|%T|%f|%E"]
+                assert argv[1:] == ["--noheader", "--Node", "--format", "%N|%T|%w|%f|%E"]
                 if self.sinfo_rc:
                     return self.sinfo_rc, "", "slurm_load_node error: Unable to contact"
-                return 0, "".join(f"{n}|{v['state']}|{','.join(v['features']) or '(null)'}|{v['reason'] or 'none'}\n"
-                                  for n, v in self.nodes.items()), ""
+                return 0, "".join(f"{n}|{v['state']}|{v['weight']}|{','.join(v['features']) or '(null)'}|"
+                                  f"{v['reason'] or 'none'}\n" for n, v in self.nodes.items()), ""
             if argv[0] == "squeue":
                 return 0, self.squeue, ""
             assert argv[:2] == ["scontrol", "update"]
@@ -66,6 +67,7 @@ class Slurm:
             if "AvailableFeatures" in args:
                 assert args["ActiveFeatures"] == args["AvailableFeatures"]
                 node["features"] = [f for f in args["AvailableFeatures"].split(",") if f]
+                node["weight"] = int(args.get("Weight", node["weight"]))
                 return 0, "", ""
             if self.scontrol_rc:
                 return self.scontrol_rc, "", "Invalid node state specified"
@@ -408,3 +410,21 @@ def test_the_hooks_import_without_jinja2_as_on_a_nodes_own_python():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_degraded_node_check_sets_the_avoid_mark_and_a_pass_clears_it(tmp_path):
+    """Issue 40 item 5 through the health check: links.rdma WARN (a port down beside the others)
+    raises node2's Weight with its mark, drains nothing; the next passing check puts it back."""
+    warn = {"id": "links.rdma", "status": "WARN", "hosts": ["node2"], "measured": {"node2": ["mlx5_1/1 down"]},
+            "expected": None, "message": "node2: mlx5_1/1 down"}
+    slurm = Slurm(IDLE)
+    ledger = str(tmp_path / "l.json")
+    code, line, out = health("node2", record([warn, PASSING], minutes_ago=2), ledger, slurm, 900, now=NOW)
+    assert code == 0 and out["done"] and "the scheduler avoids it (weight 1000000, was 1)" in line
+    assert slurm.nodes["node2"] == {"state": "idle", "weight": 1000000, "features": ["ncclprep_avoid_node_1"],
+                                    "reason": None}
+    assert not slurm.updates()
+    code, line, out = health("node2", record([PASSING], minutes_ago=1), ledger, slurm, 900, now=NOW)
+    assert out["done"] and "no longer avoided (weight 1)" in line
+    assert slurm.nodes["node2"] == {"state": "idle", "weight": 1, "features": [], "reason": None}
+    assert [e["status"] for e in json.loads(open(ledger).read())] == ["WARN", "PASS"]

@@ -95,7 +95,8 @@ def test_this_nodes_verdict_is_the_failed_rows_that_name_it():
     link = dict(BANDWIDTH, hosts=["n1 -> n2"])
     assert verdict_of([BANDWIDTH, PASSING], "n3", hosts, "retest job-7 t")["failed"] == [BANDWIDTH]
     v = verdict_of([BANDWIDTH, PASSING], "n1", hosts, "retest job-7 t")
-    assert v == {"status": "PASS", "failed": [], "why": None, "run": "retest job-7 t", "scope": "network"}
+    assert v == {"status": "PASS", "failed": [], "warned": [], "why": None, "run": "retest job-7 t",
+                 "scope": "network"}
     assert [verdict_of([link], h, hosts, "r")["status"] for h in hosts] == ["FAIL", "FAIL", "PASS"]
     # a row that names no host (the whole run, a store lost or tampered with) and a run that blames
     # several nodes at once are a fabric or membership fault: UNKNOWN for every node (issue 40, N4)
@@ -122,7 +123,7 @@ class Slurm:
         self.calls.append(argv)
         if argv[0] == "sinfo":
             rows = (x.split("|") for x in self.rows.splitlines())
-            return 0, "".join(f"{n}|{st}|(null)|{r}\n" for n, st, r in rows), ""
+            return 0, "".join(f"{n}|{st}|1|(null)|{r}\n" for n, st, r in rows), ""
         return (0, self.jobs, "") if argv[0] == "squeue" else (0, "", "")
 
     def updates(self):
@@ -265,8 +266,8 @@ def test_three_nodes_epilogs_re_test_as_root_once_per_interval_and_a_node_withou
                     "job": _settings(store, listen)}))
     (tmp_path / "munge.key").write_bytes(os.urandom(64))
     (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "sinfo").write_text("#!/bin/sh\nprintf 'n1|completing|(null)|none\\n"
-                                            "n2|completing|(null)|none\\nn3|completing|(null)|none\\n'\n")
+    (tmp_path / "bin" / "sinfo").write_text("#!/bin/sh\nprintf 'n1|completing|1|(null)|none\\n"
+                                            "n2|completing|1|(null)|none\\nn3|completing|1|(null)|none\\n'\n")
     (tmp_path / "bin" / "squeue").write_text("#!/bin/sh\necho 77\n")
     (tmp_path / "bin" / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/scontrol.log\n")
     for tool in ("sinfo", "scontrol", "squeue"):

@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 from ansible.module_utils.ncclprep.slurm import (
+    avoided,
     decide,
     fabric,
     holding,
@@ -22,16 +23,16 @@ from ansible.module_utils.ncclprep.slurm import (
     strikes,
 )
 
-# sinfo --noheader --Node --format '%N|%T|%f|%E' on a cluster with two partitions (node1 listed twice),
+# sinfo --noheader --Node --format '%N|%T|%w|%f|%E' on a cluster with two partitions (node1 listed twice),
 # a human's drain, ncclprep's drain, a node draining under a job, one not responding, features.
-SINFO = """node1|idle|(null)|none
-node1|idle|(null)|none
-node2|drained|gpu,a100|maintenance: new PSU [root@2026-12-05T10:00:00]
-node3|drained|(null)|ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535
-node4|draining|ncclprep_draining_1765000000|ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 | median
-node5|mixed|(null)|none
-node6|idle*|(null)|Not responding
-node7|allocated|(null)|none
+SINFO = """node1|idle|1|(null)|none
+node1|idle|1|(null)|none
+node2|drained|10|gpu,a100|maintenance: new PSU [root@2026-12-05T10:00:00]
+node3|drained|1|(null)|ncclprep: sysctl.net.core.somaxconn: measured 128, expected 65535
+node4|draining|1|ncclprep_draining_1765000000|ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 | median
+node5|mixed|1|(null)|none
+node6|idle*|1|(null)|Not responding
+node7|allocated|1|(null)|none
 """
 
 SYSCTL = {"id": "sysctl.net.core.somaxconn", "status": "FAIL", "hosts": ["node1"],
@@ -51,8 +52,8 @@ def entry(run, hours_ago, partners, status="FAIL", scope="network"):
 
 def cluster(**rows):
     """Ten nodes, all idle, with the given rows over them."""
-    out = {f"node{i}": {"state": "idle", "responding": True, "drained": False, "busy": False, "features": [],
-                        "reason": None} for i in range(1, 11)}
+    out = {f"node{i}": {"state": "idle", "responding": True, "drained": False, "busy": False, "weight": 1,
+                        "features": [], "reason": None} for i in range(1, 11)}
     out.update(rows)
     return out
 
@@ -60,15 +61,15 @@ def cluster(**rows):
 def test_sinfo_rows_read_state_suffix_reason_and_a_node_listed_per_partition_once():
     nodes = parse_sinfo(SINFO)
     assert list(nodes) == [f"node{i}" for i in range(1, 8)]
-    assert nodes["node1"] == {"state": "idle", "responding": True, "drained": False, "busy": False, "features": [],
-                              "reason": None}
+    assert nodes["node1"] == {"state": "idle", "responding": True, "drained": False, "busy": False, "weight": 1,
+                              "features": [], "reason": None}
     assert nodes["node2"]["drained"] and nodes["node2"]["reason"] == "maintenance: new PSU [root@2026-12-05T10:00:00]"
-    assert nodes["node2"]["features"] == ["gpu", "a100"]
+    assert nodes["node2"]["features"] == ["gpu", "a100"] and nodes["node2"]["weight"] == 10
     assert nodes["node4"]["drained"] and nodes["node4"]["busy"]
     assert nodes["node4"]["reason"] == "ncclprep: net.bandwidth: measured 0.02, expected >= 0.1 | median"
     assert nodes["node5"]["busy"] and not nodes["node5"]["drained"]
     assert nodes["node6"]["state"] == "idle" and nodes["node6"]["responding"] is False
-    with pytest.raises(ValueError, match="sinfo line 1 is not '%N|%T|%f|%E': 'node1 idle'"):
+    with pytest.raises(ValueError, match="sinfo line 1 is not '%N|%T|%w|%f|%E': 'node1 idle'"):
         parse_sinfo("node1 idle\n")
 
 
@@ -295,3 +296,36 @@ def test_the_breaker_counts_other_hooks_marks_and_an_absolute_cap():
     assert mark_argv("node1", ["gpu", "ncclprep_draining_5"], "ncclprep_draining_9") == [
         "scontrol", "update", "NodeName=node1", "AvailableFeatures=gpu,ncclprep_draining_9",
         "ActiveFeatures=gpu,ncclprep_draining_9"]
+
+
+RDMA_WARN = {"id": "links.rdma", "status": "WARN", "hosts": ["node1"], "measured": {"node1": ["mlx5_1/1 down"]},
+             "expected": None, "message": "node1: mlx5_1/1 down"}
+
+
+def test_a_degraded_node_is_avoided_not_drained_and_the_mark_clears_when_it_passes():
+    """Issue 40 item 5: WARN (degraded but working) raises the node's Weight so that Slurm gives
+    jobs the other nodes first, with a feature that remembers the old weight; a pass of the same
+    scope puts it back; advice-only WARNs (sysctl.untuned) mark nothing."""
+    nodes = cluster()
+    got = decide("node1", nodes["node1"], {"status": "WARN", "warned": [RDMA_WARN]}, [], nodes, NOW)
+    assert got["action"] == "avoid" and got["weight"] == 1000000 and got["features"] == ["ncclprep_avoid_node_1"]
+    assert scontrol("node1", got) == ["scontrol", "update", "NodeName=node1", "Weight=1000000",
+                                      "AvailableFeatures=ncclprep_avoid_node_1", "ActiveFeatures=ncclprep_avoid_node_1"]
+    marked_node = dict(nodes["node1"], weight=1000000, features=["gpu", "ncclprep_avoid_node_1"])
+    assert avoided(marked_node) == {"scope": "node", "weight": 1}
+    assert decide("node1", marked_node, {"status": "WARN", "warned": [RDMA_WARN]}, [], nodes, NOW)["action"] == "none"
+    cleared = decide("node1", marked_node, {"status": "PASS"}, [], nodes, NOW)
+    assert cleared["action"] == "clear" and cleared["weight"] == 1 and cleared["features"] == ["gpu"]
+    # a person changed the weight since: the mark goes, their weight stays
+    assert decide("node1", dict(marked_node, weight=50), {"status": "PASS"}, [], nodes, NOW)["weight"] == 50
+    # the network re-test's pass does not clear a mark the node check set
+    assert decide("node1", marked_node, {"status": "PASS", "scope": "network"}, [], nodes, NOW)["action"] == "none"
+    # advice is no degradation; a failure that does not judge the node leaves its WARN
+    untuned = dict(RDMA_WARN, id="sysctl.untuned")
+    assert decide("node1", nodes["node1"], {"status": "WARN", "warned": [untuned]}, [], nodes, NOW)["action"] == "none"
+    reach = {"id": "names.reachable", "status": "FAIL", "hosts": ["node3"]}
+    got = decide("node1", nodes["node1"], {"status": "FAIL", "failed": [reach], "warned": [RDMA_WARN]}, [], nodes, NOW)
+    assert got["action"] == "avoid" and "fails only checks that do not judge it: names.reachable" in got["why"]
+    # FAIL still drains a degraded node
+    got = decide("node1", marked_node, {"status": "FAIL", "failed": [SYSCTL], "warned": [RDMA_WARN]}, [], nodes, NOW)
+    assert got["action"] == "drain"
