@@ -27,13 +27,14 @@ collectives' deadline left, and their join) for the others: a follower for the f
 store and node rank 0 for the others' results (a node that never reports counts as not run,
 None); node rank 0 waits ``round_timeout_s + ROUND_SLACK_S`` for a round's result (a group whose
 result never comes counts as HANG, ``blame.blame_round``), and the others as long for the next
-plan. Values are sealed with the run's token (netutil.signed_store) like the
-collectives' own store.
+plan. Values are sealed with the run's key (netutil.run_token, netutil.signed_store) like the
+collectives' own store; a node keeps what it posted until it is read (netutil.Keeper), so a key
+a host outside the run deletes delays its reader and does not make a result look missing
+(review N4), and a store found tampered with before the verdict gives an error, no verdict.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import socket
@@ -42,7 +43,15 @@ from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep.blame import blame_round, collective_plan
 from ansible.module_utils.ncclprep.collectives import collective_trigger
-from ansible.module_utils.ncclprep.netutil import bound_tcp_store, signed_store
+from ansible.module_utils.ncclprep.netutil import (
+    Keeper,
+    StoreTampered,
+    await_values,
+    bound_tcp_store,
+    run_token,
+    signed_store,
+    wait_read,
+)
 
 #: Seconds past a round's deadline that node rank 0 waits for a group's result, and the others
 #: for the next plan (starting the round's processes, reading the result back).
@@ -87,19 +96,18 @@ def _put(store, key: str, value) -> None:
     store.set(key, json.dumps(value))
 
 
-def _get(store, key: str, deadline: float, clock: Callable[[], float]):
+def _get(store, key: str, deadline: float, clock: Callable[[], float], keeper: Keeper | None = None):
     """The JSON value under ``key``, waiting until ``deadline`` (``clock`` time); None when it
-    never came. Raises what the store raises for anything but the wait's timeout."""
-    left = deadline - clock()
-    if left <= 0 and not store.check([key]):
-        return None
-    try:
-        store.wait([key], datetime.timedelta(seconds=max(left, 0.01)))
-    except RuntimeError as exc:
-        if "timeout" in str(exc).lower() or "timed out" in str(exc).lower():
-            return None
-        raise
-    return json.loads(store.get(key))
+    never came. The first node (``keeper`` None) waits on the key and reads it as it comes
+    (netutil.wait_read); the others look every POLL_S and meanwhile post again what was deleted of
+    their own values (``keeper``), so a deleted key delays its reader and does not make a result
+    look missing (review N4). Raises StoreTampered (a value not this run's), RuntimeError (the
+    store stopped answering)."""
+    if keeper is None:
+        value = wait_read(store, key, deadline, clock)
+    else:
+        value = await_values(store, [key], max(deadline - clock(), 0.0), keeper, clock).get(key)
+    return None if value is None else json.loads(value)
 
 
 def run_blame(dist, node_rank: int, hosts: list[str], addresses: list[str], port: int, probe: Mapping,
@@ -139,14 +147,17 @@ def run_blame(dist, node_rank: int, hosts: list[str], addresses: list[str], port
         store, listener = bound_tcp_store(dist, node_rank, n, addresses[0], port, gather_timeout_s)
     except (RuntimeError, OSError) as exc:
         return failed(f"{me}: the blame's store at {addresses[0]}:{port}: {exc}")
-    if token:
-        store = signed_store(dist, store, token)
     try:
-        _put(store, f"probe/{node_rank}", {k: probe.get(k) for k in PROBE_KEYS})
+        store = signed_store(dist, store, run_token(store, node_rank, token, gather_timeout_s) if token else None)
+        keeper = Keeper(store)
+        keeper.post(f"probe/{node_rank}", json.dumps({k: probe.get(k) for k in PROBE_KEYS}))
         if node_rank == 0:
             return _lead(store, hosts, addresses, port, probe, run_group, floor, z, ratio, round_timeout_s,
                          gather_timeout_s, clock)
-        return _follow(store, node_rank, hosts, addresses, port, run_group, round_timeout_s, gather_timeout_s, clock)
+        return _follow(store, keeper, node_rank, hosts, addresses, port, run_group, round_timeout_s,
+                       gather_timeout_s, clock)
+    except StoreTampered as exc:  # before any verdict: the verdict is not made from what a stranger wrote
+        return failed(f"{me}: the blame's store on {hosts[0]} was tampered with: {exc}: no verdict")
     except (RuntimeError, OSError, ValueError) as exc:  # the store failed under us (a node went away)
         return failed(f"{me}: the blame's store on {hosts[0]}: {exc}")
     finally:
@@ -160,16 +171,21 @@ def _group_of(me: str, groups: list[list[str]]) -> int | None:
     return next((i for i, g in enumerate(groups) if me in g), None)
 
 
-def _run_round(store, i: int, me: str, plan: Mapping, hosts, addresses, port, run_group, ops) -> None:
+def _run_round(store, i: int, me: str, plan: Mapping, hosts, addresses, port, run_group, ops,
+               keeper: Keeper | None = None) -> None:
     """This node's part of round ``i``: its group's collectives, the result posted by the group's
-    first node."""
+    first node (and kept by ``keeper`` on a node other than the first, until the next plan)."""
     gi = _group_of(me, plan["groups"])
     if gi is None:
         return
     group = plan["groups"][gi]
     result = run_group(list(group), addresses[hosts.index(group[0])], port + 1 + gi, list(ops))
     if group[0] == me:
-        _put(store, f"round/{i}/{gi}", {k: result.get(k) for k in PROBE_KEYS})
+        value = json.dumps({k: result.get(k) for k in PROBE_KEYS})
+        if keeper is None:
+            store.set(f"round/{i}/{gi}", value)
+        else:
+            keeper.post(f"round/{i}/{gi}", value)
 
 
 def _lead(store, hosts, addresses, port, probe, run_group, floor, z, ratio, round_timeout_s, gather_timeout_s,
@@ -217,21 +233,24 @@ def _wait_acks(store, expected: int, clock) -> None:
         pass
 
 
-def _follow(store, node_rank, hosts, addresses, port, run_group, round_timeout_s, gather_timeout_s, clock):
+def _follow(store, keeper: Keeper, node_rank, hosts, addresses, port, run_group, round_timeout_s, gather_timeout_s,
+            clock):
     me = hosts[node_rank]
     # node rank 0 waits at most gather_timeout_s for every node's result before it decides
     wait = gather_timeout_s + ROUND_SLACK_S
-    trigger = _get(store, "trigger", clock() + wait, clock)
+    trigger = _get(store, "trigger", clock() + wait, clock, keeper)
     if trigger is None:
         return {"error": f"{me}: no word from {hosts[0]} on the blame within {wait:g} s"}
+    keeper.release(f"probe/{node_rank}")
     i = 0
     while trigger["run"]:
-        plan = _get(store, f"plan/{i}", clock() + round_timeout_s + 2 * ROUND_SLACK_S, clock)
+        plan = _get(store, f"plan/{i}", clock() + round_timeout_s + 2 * ROUND_SLACK_S, clock, keeper)
         if plan is None:
             return {"error": f"{me}: no plan for round {i + 1} of the blame from {hosts[0]}"}
+        keeper.release(*list(keeper.kept))  # the first node has read this node's results of the rounds before
         if plan["stage"] == "done" or plan.get("last"):
             break
-        _run_round(store, i, me, plan, hosts, addresses, port, run_group, trigger["ops"])
+        _run_round(store, i, me, plan, hosts, addresses, port, run_group, trigger["ops"], keeper)
         i += 1
     store.add("acked", 1)
-    return None
+    return {"error": f"{me}: {keeper.tampered()} (the store was tampered with)"} if keeper.deleted else None

@@ -26,7 +26,15 @@ import time
 from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist
 from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
-from ansible.module_utils.ncclprep.netutil import bound_tcp_store, signed_store
+from ansible.module_utils.ncclprep.netutil import (
+    Keeper,
+    StoreTampered,
+    await_readers,
+    bound_tcp_store,
+    rendezvous,
+    run_token,
+    signed_store,
+)
 from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path, parse_nccl_log
 
 # Collectives each backend runs. Gloo gained reduce_scatter_tensor in recent torch; where the
@@ -156,6 +164,17 @@ def _make_op(torch, dist, op: str, rank: int, n: int, count: int, device, emulat
     raise ValueError(f"unknown collective {op!r}")
 
 
+#: Seconds past rank 0's join deadline that the other ranks wait for its word on who arrived.
+JOIN_SLACK_S = 10
+
+
+def _store_failed(state: str, error: str) -> dict:
+    """A rank's result when the store failed during the join (``state``: tampered, lost): SKIP,
+    which blames no rank (checks/collectives.py leaves SKIP results out)."""
+    return {"status": "SKIP", "stage": "rendezvous", "missing_ranks": [], "results": [], "store_state": state,
+            "store_error": error, "error": error}
+
+
 def run_rank(
     progress,
     rank: int,
@@ -183,9 +202,13 @@ def run_rank(
     reaches the store cannot steer the ranks: a rank that reads a value not sealed with it
     raises StoreTampered, named in the result's error. None: values unsealed.
 
-    The rank first announces itself in the TCP store hosted by rank 0 and waits
-    at most ``join_timeout_s`` for all ranks; if some never arrive it reports them
-    in ``missing_ranks`` and stops (status HANG). Otherwise the result is
+    The rank first announces itself in the TCP store hosted by rank 0, which waits at most
+    ``join_timeout_s`` for every rank's sealed word and posts who arrived (netutil.rendezvous:
+    one decision for all ranks, a deleted key delays it; review N4); if some never arrived every
+    rank reports them in ``missing_ranks`` and stops (status HANG). A store found tampered with
+    or lost during that join: status SKIP, ``store_state`` ``"tampered"`` or ``"lost"``,
+    ``store_error`` saying what, no rank missing (no rank is blamed: what the store showed is a
+    stranger's doing). Otherwise the result is
     ``{"status": "PASS"|"FAIL", "results": [row, ...], ...}`` with one row per
     (op, size): op, size_bytes, count, time_us, algbw_gbps, busbw_gbps, wrong.
     Raises whatever torch raises (the deadline runner reports it).
@@ -198,21 +221,24 @@ def run_rank(
         os.sched_setaffinity(0, parse_cpulist(cpus))
     progress.stage("store", rank=rank)
     # bound to rank 0's data-plane address only (review F9); _listener keeps its socket open
-    store, _listener = bound_tcp_store(dist, rank, world_size, master_addr, master_port, join_timeout_s)
-    if token:
-        store = signed_store(dist, store, token)
-    store.set(f"arrived/{rank}", host)
-    deadline = time.monotonic() + join_timeout_s
-    missing = list(range(world_size))
-    while time.monotonic() < deadline:
-        try:
-            missing = [r for r in range(world_size) if not store.check([f"arrived/{r}"])]
-        except RuntimeError:  # rank 0 gave up and its store went away: keep the last reading
-            break
-        if not missing:
-            break
-        time.sleep(0.2)
+    raw, _listener = bound_tcp_store(dist, rank, world_size, master_addr, master_port, join_timeout_s)
+    try:
+        store = signed_store(dist, raw, run_token(raw, rank, token, join_timeout_s) if token else None)
+        present = rendezvous(store, Keeper(store), rank, world_size, "arrived", host, join_timeout_s,
+                             JOIN_SLACK_S)
+    except StoreTampered as exc:
+        progress.result(_store_failed("tampered", f"the store on rank 0 ({master_addr}:{master_port}) was tampered "
+                                                  f"with: {exc} (a host other than this run's ranks wrote to it or "
+                                                  "deleted from it): no rank is blamed"))
+        return
+    except RuntimeError as exc:  # rank 0 gave up and its store went away, or it stopped answering
+        progress.result(_store_failed("lost", f"the store on rank 0 ({master_addr}:{master_port}): "
+                                              f"{str(exc).splitlines()[0][:200]}: no rank is blamed"))
+        return
+    missing = [r for r in range(world_size) if r not in present]
     if missing:
+        if rank == 0:  # its store goes with it: the others read the decision first
+            await_readers(store, "arrived", len(present) - 1, JOIN_SLACK_S)
         progress.result(
             {"status": "HANG", "stage": "rendezvous", "missing_ranks": missing, "results": []}
         )

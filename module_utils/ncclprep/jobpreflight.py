@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping
 from ansible.module_utils.ncclprep import nodecheck
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
-from ansible.module_utils.ncclprep.netutil import missing_keys, open_signed_store
+from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
 
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
 ENV_TOKEN = "NCCLPREP_PREFLIGHT_TOKEN"
@@ -258,16 +258,16 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
                                              settings["probe"]["join_timeout"] + 30)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise nodecheck.CouldNotRun(f"the job's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
-    # who takes part: the nodes that joined the store within the join deadline, as the first node saw
-    # them (one list for all: every node's probes must agree on the ranks)
-    store.set(f"gpus/{rank}", str(_gpus()))
+    # who takes part: the nodes whose GPU count the first node read within the join deadline (one
+    # list for all: every node's probes must agree on the ranks; a deleted key delays, review N4)
     join = settings["probe"]["join_timeout"]
-    if rank == 0:
-        late = missing_keys(store, [f"gpus/{r}" for r in range(world)], join)
-        store.set("present", json.dumps([r for r in range(world) if f"gpus/{r}" not in late]))
-    elif missing_keys(store, ["present"], join + 15):
-        raise nodecheck.CouldNotRun(f"no word from {names[0]} on the nodes that take part within {join + 15} s")
-    present = json.loads(store.get("present"))
+    try:
+        gpus = rendezvous(store, Keeper(store), rank, world, "gpus", str(_gpus()), join, 15)
+    except StoreTampered as exc:
+        raise nodecheck.CouldNotRun(f"the job's store on {names[0]} was tampered with: {exc}") from None
+    except RuntimeError as exc:  # torch's DistStoreError: the first node's store stopped answering
+        raise nodecheck.CouldNotRun(f"no word from {names[0]} on the nodes that take part: {exc}") from None
+    present = sorted(gpus)
     if rank not in present:
         print(f"ncclprep node preflight: {me}: joined after {names[0]}'s {join} s deadline: left out of this job's "
               "preflight, which names this node", file=sys.stderr)
@@ -276,7 +276,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         say(f"{me}: {', '.join(names[r] for r in range(world) if r not in present)} did not join within {join} s: "
             "measuring the others")
     fixed = settings["probe"]["local_ranks"]
-    local_ranks = [int(fixed) if fixed else max(int(store.get(f"gpus/{r}")), 1) for r in present]
+    local_ranks = [int(fixed) if fixed else max(int(gpus[r]), 1) for r in present]
     taking = [names[r] for r in present]
     o = options(settings, taking, [addresses[r] for r in present], present.index(rank), token,
                 f"slurm-{job['job_id']}", local_ranks)

@@ -28,11 +28,19 @@ phase, so that the report can tell a bad node from a bad link.
 Listeners bind only to this node's data-plane address, answer only this run's peers (their
 addresses and the per-run token) and close when the worker ends; the deadline child is
 killed at the module's deadline. Every socket operation has a timeout.
+
+The store's values are sealed with a key derived from the token and a salt the first node draws
+(netutil.run_token); any process on a member node can still reach the store, delete a key or
+write one (review N4). So the first node counts a node present, or done with a round, only once
+it has read that node's sealed word, and keeps what it read; each node posts its own words again
+when they go missing (netutil.Keeper), so a deletion delays the run and the node reports it.
+A store found tampered with (a value not this run's, a word deleted, a decision of the first node
+missing while the store answers) or lost is the result's ``store_state``; checks/network.py
+blames no node for it.
 """
 
 from __future__ import annotations
 
-import datetime
 import errno
 import json
 import math
@@ -47,7 +55,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.ncclprep.blame import slow_bandwidth, slowest_per_direction
 from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
-from ansible.module_utils.ncclprep.netutil import MAX_STORE_VALUE, StoreTampered, bound_tcp_store, seal, unseal  # noqa: F401
+from ansible.module_utils.ncclprep.netutil import (  # noqa: F401  (MAX_STORE_VALUE, seal, unseal: for the tests)
+    MAX_STORE_VALUE,
+    Keeper,
+    Sealed,
+    StoreTampered,
+    await_one,
+    await_values,
+    bound_tcp_store,
+    rendezvous,
+    run_token,
+    seal,
+    unseal,
+)
 from ansible.module_utils.ncclprep.schedule import pair_schedule, partner, repair_rounds
 
 # linux/in.h, linux/in6.h (Python's socket module does not export them)
@@ -60,6 +80,7 @@ PING = 8  # bytes per latency message
 CHUNK = 256 * 1024  # bytes per send of the bandwidth stream
 VERDICTS = ("open", "filtered", "refused", "no route", "hang")
 ROUND_CLOSE_SLACK_S = 10  # seconds a node waits for the first node's end of a round beyond the round's deadline
+JOIN_SLACK_S = 10  # seconds a node waits for the first node's word on who arrived beyond the join
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -531,11 +552,17 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     order; rank 0 hosts the store on ``store_port``. ``limits``: {max_latency_us, slow_z,
     slow_ratio, min_gbps} for picking the suspects to re-pair (``repair`` good partners each;
     0: no second phase). Result: ``{"status": PASS|HANG, "stage", "present": [host],
-    "missing_hosts", "gone_hosts", "ports": [sample], "ports_in_use": [port], "links": [row]}``
-    with one row per direction this node measured as the sender: ``{src, dst, phase, round,
-    latency_us: {p50, p99, samples}, bandwidth_gbps, bytes, path_mtu: {mtu, ok, largest},
-    ports: {port: verdict}, hang, error, retried}`` (``measure``). HANG: a peer never arrived, left mid-run, or hung a
-    test. Raises whatever the store raises at the join (the deadline runner reports it).
+    "missing_hosts", "gone_hosts", "store_error", "store_state", "ports": [sample],
+    "ports_in_use": [port], "links": [row]}`` with one row per direction this node measured as
+    the sender: ``{src, dst, phase, round, latency_us: {p50, p99, samples}, bandwidth_gbps,
+    bytes, path_mtu: {mtu, ok, largest}, ports: {port: verdict}, hang, error, retried}``
+    (``measure``). HANG: a peer never arrived, left mid-run, or hung a test, or the store
+    failed: ``store_state`` ``"tampered"`` (a value not this run's, one of this node's values
+    deleted, or a decision of the first node missing while the store answers: its
+    ``present``/``gone`` say what the store showed, and prove nothing), ``"lost"`` (it stopped
+    answering), ``"unreached"`` (never reached), with ``store_error`` saying which; None when
+    the store held. Raises OSError when rank 0 cannot bind the store's address (the deadline
+    runner reports it).
     """
     import torch.distributed as dist
 
@@ -549,15 +576,18 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
     present: list[int] = []
     gone: set[int] = set()
     links: list[dict] = []
-    store_error = None
+    store_error = store_state = keeper = None
+    joined = False
     try:
         progress.stage("store", rank=rank)
         raw, _sock = bound_tcp_store(dist, rank, world, addresses[0], store_port, max(join_timeout, round_timeout))
-        store = SignedStore(raw, token)
-        store.set(f"arrived/{rank}", json.dumps({"bound": listener.bound, "in_use": listener.in_use}))
+        joined = True
+        store = SignedStore(raw, run_token(raw, rank, token, join_timeout))
+        keeper = Keeper(store)
         progress.stage("rendezvous", rank=rank)
-        present = _rendezvous(store, rank, world, join_timeout)
-        listening = {r: json.loads(store.get(f"arrived/{r}")) for r in present}
+        listening = _rendezvous(store, keeper, rank, world, join_timeout,
+                                {"bound": listener.bound, "in_use": listener.in_use})
+        present = sorted(listening)
 
         def run_rounds(phase: int, rounds: list[list[tuple[int, int]]]) -> None:
             for i, rnd in enumerate(rounds):
@@ -568,39 +598,51 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
                 peer = partner(rnd, rank)
                 tag = f"p{phase}/r{i}"
                 if peer is not None and peer not in gone:
-                    if rank > peer:  # the lower rank measures first
-                        _wait(store, [f"{tag}/half/{peer}"], round_timeout / 2)
+                    if rank > peer:  # the lower rank measures first (a late or deleted word only delays)
+                        await_values(store, [f"{tag}/half/{peer}"], round_timeout / 2)
                     row = measure(my_addr, addresses[peer], listen_port, token, rank,
                                   listening[peer]["bound"], mtu, latency_samples, bandwidth_seconds,
                                   step_timeout, connect_timeout)
                     links.append(dict(row, src=me, dst=hosts[peer], phase=phase, round=i + 1))
-                    store.set(f"{tag}/half/{rank}", "1")
-                store.set(f"{tag}/done/{rank}", "1")
-                gone.update(_close_round(store, tag, rank, [r for r in present if r not in gone],
+                    keeper.post(f"{tag}/half/{rank}", "1")
+                keeper.post(f"{tag}/done/{rank}", "1")
+                gone.update(_close_round(store, keeper, tag, rank, [r for r in present if r not in gone],
                                          started + round_timeout))
 
         first = [[(present[a], present[b]) for a, b in rnd]
                  for rnd in pair_schedule(len(present), matchings, seed, every_pair)]
         if rank in present:
             run_rounds(1, first)
-        # second phase: the first node picks the suspects and pairs each with nodes that passed
-        store.set(f"res1/{rank}", json.dumps(links))
-        if rank == 0:
-            store.set("phase2", json.dumps(_second_phase(store, hosts, present, gone, repair, seed, limits)))
-        second = []
-        if _wait(store, ["phase2"], round_timeout * 2):
-            second = [[tuple(p) for p in rnd] for rnd in json.loads(store.get("phase2"))]
-        if second and rank in present:
-            run_rounds(2, second)
-        progress.stage("done", rank=rank)
-        store.set(f"final/{rank}", "1")
-        if rank == 0:  # keep the store up until every node has read it
-            _wait(store, [f"final/{r}" for r in present if r not in gone], round_timeout)
-    except StoreTampered as exc:  # a host outside this run wrote to the store
+        if rank in present and rank not in gone:  # a node left out or gone is done with the run
+            # second phase: the first node picks the suspects and pairs each with nodes that passed
+            keeper.post(f"res1/{rank}", json.dumps(links))
+            if rank == 0:
+                store.set("phase2", json.dumps(_second_phase(store, keeper, hosts, present, gone, repair, seed,
+                                                             limits)))
+            second = [[tuple(p) for p in rnd]
+                      for rnd in json.loads(await_one(store, "phase2", round_timeout * 2, keeper))]
+            keeper.release(f"res1/{rank}")
+            if second:
+                run_rounds(2, second)
+            progress.stage("done", rank=rank)
+            store.set(f"final/{rank}", "1")
+            if rank == 0:  # keep the store up until every node has read it (they post final right after)
+                await_values(store, [f"final/{r}" for r in present if r and r not in gone], ROUND_CLOSE_SLACK_S,
+                             keeper)
+        if keeper.deleted:  # the run went on (a deletion only delayed it), but the store is not to be trusted
+            raise StoreTampered(keeper.tampered())
+    except StoreTampered as exc:  # a host outside this run wrote to the store or deleted from it
+        store_state = "tampered"
         store_error = (f"the store on {hosts[0]} ({addresses[0]}:{store_port}) was tampered with: {exc} (a host "
-                       f"other than this run's nodes wrote to it)")
+                       f"other than this run's nodes wrote to it or deleted from it)")
     except RuntimeError as exc:  # torch's DistStoreError: the store on the first node stopped answering
-        store_error = f"the store on {hosts[0]} ({addresses[0]}:{store_port}): {str(exc).splitlines()[0][:200]}"
+        if keeper is not None and keeper.deleted:
+            store_state = "tampered"
+            store_error = (f"the store on {hosts[0]} ({addresses[0]}:{store_port}) was tampered with: "
+                           f"{keeper.tampered()}, then it stopped answering: {str(exc).splitlines()[0][:200]}")
+        else:
+            store_state = "lost" if joined else "unreached"
+            store_error = f"the store on {hosts[0]} ({addresses[0]}:{store_port}): {str(exc).splitlines()[0][:200]}"
     finally:
         listener.close()
     missing = [hosts[r] for r in range(world) if r not in present] if present else []
@@ -612,94 +654,71 @@ def run_node(progress, rank: int, hosts: list[str], addresses: list[str], store_
         "missing_hosts": missing,
         "gone_hosts": sorted(hosts[r] for r in gone),
         "store_error": store_error,
+        "store_state": store_state,
         "ports": sample,
         "ports_in_use": listener.in_use,
         "links": links,
     })
 
 
-class SignedStore:
+class SignedStore(Sealed):
     """The probe's TCPStore with every value authenticated (review F9): ``set`` writes the value
-    sealed with the run token (netutil.seal), ``get`` unseals it and returns it (str); ``check``
-    and ``wait`` pass through (a key's presence alone decides nothing: its value is read, and
-    checked, before it counts). Raises StoreTampered naming the key when a value is not this
-    run's or is over MAX_STORE_VALUE bytes."""
-
-    def __init__(self, store, token: str):
-        self._store, self._token = store, token
-
-    def set(self, key: str, value: str) -> None:
-        self._store.set(key, seal(self._token, key, value.encode()))
+    sealed with the run's key (netutil.Sealed), ``get`` and ``read`` unseal it and return it
+    (str); ``check`` and ``wait`` pass through (a key's presence alone decides nothing: its
+    value is read, and checked, before it counts; review N4). Raises StoreTampered naming the key
+    when a value is not this run's or is over MAX_STORE_VALUE bytes."""
 
     def get(self, key: str) -> str:
-        return unseal(self._token, key, self._store.get(key)).decode()
+        return super().get(key).decode()
 
-    def check(self, keys: list[str]) -> bool:
-        return self._store.check(keys)
-
-    def wait(self, keys: list[str], timeout) -> None:
-        self._store.wait(keys, timeout)
+    def read(self, key: str) -> str | None:
+        value = super().read(key)
+        return None if value is None else value.decode()
 
 
-def _close_round(store, tag: str, rank: int, waiting: list[int], deadline: float) -> list[int]:
+def _close_round(store, keeper: Keeper, tag: str, rank: int, waiting: list[int], deadline: float) -> list[int]:
     """The end of round ``tag``, decided once by rank 0 so that every node sees the same nodes
-    leave (the same schedule after it, the same ``gone_hosts``): rank 0 waits until
-    ``deadline`` (its ``time.monotonic()``: the round's start plus the round's deadline) for
-    every rank in ``waiting`` to finish the round, and publishes those that did not as
-    ``<tag>/gone``. The other ranks wait for that decision, which comes at most
-    ``ROUND_CLOSE_SLACK_S`` after their own deadline (they started the round after rank 0
-    published the previous one). Returns the ranks that left in this round. Raises
-    RuntimeError when no decision comes (the store's host stopped answering)."""
+    leave (the same schedule after it, the same ``gone_hosts``): rank 0 reads, until
+    ``deadline`` (its ``time.monotonic()``: the round's start plus the round's deadline), the
+    ``<tag>/done/<r>`` of every rank in ``waiting``, each verified and kept once read, and
+    publishes the ranks whose value it has not read by then as ``<tag>/gone`` (review N4: a rank
+    is gone only when its sealed word has not come; a deleted word is posted again by its
+    node's ``keeper``, and a deletion after it was read changes nothing). The other ranks wait
+    for that decision, which comes at most ``ROUND_CLOSE_SLACK_S`` after their own deadline
+    (they started the round after rank 0 published the previous one). Every rank keeps its
+    half and done words of the round until then. Returns the ranks that left in this round.
+    Raises StoreTampered (a value not this run's, the decision missing while the store
+    answers), RuntimeError (the store's host stopped answering)."""
     if rank == 0:
-        keys = [f"{tag}/done/{r}" for r in waiting]
-        left = [] if _wait(store, keys, max(0.0, deadline - time.monotonic())) else [
-            r for r in waiting if not store.check([f"{tag}/done/{r}"])]
+        keys = {r: f"{tag}/done/{r}" for r in waiting if r != 0}
+        got = await_values(store, list(keys.values()), max(0.0, deadline - time.monotonic()), keeper)
+        left = [r for r, key in keys.items() if key not in got]
         store.set(f"{tag}/gone", json.dumps(left))
-        return left
-    wait_s = max(0.0, deadline - time.monotonic()) + ROUND_CLOSE_SLACK_S
-    if not _wait(store, [f"{tag}/gone"], wait_s):
-        raise RuntimeError(f"the first node decided no end of round {tag} within {wait_s:.0f} s (timeout)")
-    return json.loads(store.get(f"{tag}/gone"))
+    else:
+        wait_s = max(0.0, deadline - time.monotonic()) + ROUND_CLOSE_SLACK_S
+        left = json.loads(await_one(store, f"{tag}/gone", wait_s, keeper))
+    keeper.release(f"{tag}/half/{rank}", f"{tag}/done/{rank}")
+    return left
 
 
-def _wait(store, keys: list[str], timeout_s: float) -> bool:
-    """True when every key exists within ``timeout_s``; False on the store's wait timeout."""
-    if not keys:
-        return True
-    try:
-        store.wait(keys, datetime.timedelta(seconds=timeout_s))
-        return True
-    except RuntimeError as exc:
-        if "timeout" not in str(exc).lower():
-            raise
-        return False
+def _rendezvous(store, keeper: Keeper, rank: int, world: int, join_timeout: float, listening: dict) -> dict[int, dict]:
+    """The ranks taking part and the ports each listens on, ``{rank: {"bound", "in_use"}}``: those
+    whose sealed word (``listening``, this rank's) rank 0 read within ``join_timeout``, as rank 0
+    saw them (netutil.rendezvous: one decision, published in the store, so that every node
+    computes the same schedule). Raises as netutil.rendezvous."""
+    present = rendezvous(store, keeper, rank, world, "arrived", json.dumps(listening), join_timeout, JOIN_SLACK_S)
+    return {r: json.loads(value) for r, value in present.items()}
 
 
-def _rendezvous(store, rank: int, world: int, join_timeout: float) -> list[int]:
-    """The ranks taking part: those that arrived within ``join_timeout``, as rank 0 saw them
-    (one decision, published in the store, so that every node computes the same schedule)."""
-    if rank == 0:
-        end = time.monotonic() + join_timeout
-        arrived = [0]
-        while time.monotonic() < end:
-            arrived = [r for r in range(world) if store.check([f"arrived/{r}"])]
-            if len(arrived) == world:
-                break
-            time.sleep(0.1)
-        store.set("present", json.dumps(arrived))
-    if not _wait(store, ["present"], join_timeout + 10):
-        raise RuntimeError(f"no decision on who arrived within {join_timeout + 10:g} s (timeout)")
-    return json.loads(store.get("present"))
-
-
-def _second_phase(store, hosts: list[str], present: list[int], gone: set[int], repair: int, seed: str,
-                  limits: dict) -> list[list[tuple[int, int]]]:
-    """On rank 0: every node's first-phase rows, the suspects (nodes of a problem link) and
+def _second_phase(store, keeper: Keeper, hosts: list[str], present: list[int], gone: set[int], repair: int,
+                  seed: str, limits: dict) -> list[list[tuple[int, int]]]:
+    """On rank 0: every node's first-phase rows (those that come within ROUND_CLOSE_SLACK_S: the
+    nodes post them as they leave their last round), the suspects (nodes of a problem link) and
     their re-pairing with nodes that had no problem (``schedule.repair_rounds``)."""
+    keys = [f"res1/{r}" for r in present if r not in gone]
     rows = []
-    for r in present:
-        if r not in gone and store.check([f"res1/{r}"]):
-            rows.extend(json.loads(store.get(f"res1/{r}")))
+    for value in await_values(store, keys, ROUND_CLOSE_SLACK_S, keeper).values():
+        rows.extend(json.loads(value))
     rank_of = {h: r for r, h in enumerate(hosts)}
     # a direction to a node that left is that node's (net.run names it), not a suspect link
     bad = [pair for pair in link_problems(rows, **limits) if not {rank_of[h] for h in pair} & gone]

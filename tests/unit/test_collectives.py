@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import socket
+import threading
+import time
 
 import pytest
 
@@ -47,10 +49,10 @@ def _rank(rank, world, port, ops, sizes, timeout, queue, old_gloo=False, token=N
     queue.put((rank, out))
 
 
-def _run(world, ranks, ops, sizes, timeout=40, old_gloo=False, tokens=None):
+def _run(world, ranks, ops, sizes, timeout=40, old_gloo=False, tokens=None, port=None):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = port or _free_port()
     procs = [ctx.Process(target=_rank, args=(r, world, port, ops, sizes, timeout, queue, old_gloo,
                                              (tokens or {}).get(r)))
              for r in ranks]
@@ -218,3 +220,69 @@ def test_a_sealed_store_refuses_a_value_written_beside_it_and_passes_counters_th
     with pytest.raises(StoreTampered, match="gloo/addr: a value not signed"):
         store.get("gloo/addr")
     assert store.add("count", 2) == 2 and store.check(["count"])
+
+
+def _stranger(port: int, act) -> threading.Thread:
+    """A process on a member node that reaches the probe's store (review N4): ``act(store)`` on a
+    TCPStore client of its own once rank 0's store is up, in a thread of this process."""
+    import datetime
+
+    import torch.distributed as dist
+
+    def run():
+        while True:  # connect once the store listens (torch's client backs off for seconds when refused)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.01)
+        act(dist.TCPStore("127.0.0.1", port, 2, False, timeout=datetime.timedelta(seconds=60)))
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_word_deleted_during_the_join_delays_its_rank_and_never_names_it_missing():
+    """Review N4: a stranger that deleted ``arrived/1`` as it appeared made the ranks, which looked
+    for the key, name rank 1 missing (HANG). Rank 1 now posts its word again and rank 0, which
+    decides for all, counts it once read: the sweep passes on both ranks."""
+    import datetime
+
+    deleted = []
+
+    def delete_as_it_comes(store):
+        for _ in range(3):
+            try:
+                store.wait(["arrived/1"], datetime.timedelta(seconds=30))
+            except RuntimeError:
+                return
+            deleted.append(store.delete_key("arrived/1"))
+
+    port = _free_port()
+    stranger = _stranger(port, delete_as_it_comes)
+    res = _run(2, [0, 1], ["all_reduce"], [4096], timeout=40, tokens={0: "t" * 32, 1: "t" * 32}, port=port)
+    stranger.join(5)
+    assert any(deleted)  # the stranger deleted a word of rank 1 at least once
+    for rank in (0, 1):
+        value = res[rank]["value"]
+        assert (value["status"], value["missing_ranks"]) == ("PASS", []), value
+        assert value["results"][0]["wrong"] == 0
+
+
+def test_a_value_a_stranger_wrote_in_the_join_blames_no_rank():
+    """Review N4: an unsealed ``arrived/2`` for a rank that never came counted it present (the
+    ranks looked for the key), and the run hung on it. Rank 0 now reads the word, finds it not
+    this run's and says the store was tampered with; rank 1, left without rank 0's decision,
+    says the store was lost; both are SKIP naming no rank missing (check_collectives blames none)."""
+    port = _free_port()
+    stranger = _stranger(port, lambda store: store.set("arrived/2", b"stranger"))
+    res = _run(3, [0, 1], ["all_reduce"], [4096], timeout=20, tokens={0: "t" * 32, 1: "t" * 32}, port=port)
+    stranger.join(5)
+    assert (res[0]["outcome"], res[1]["outcome"]) == ("result", "result"), res
+    first, second = res[0]["value"], res[1]["value"]
+    assert (first["status"], first["store_state"], first["missing_ranks"]) == ("SKIP", "tampered", []), first
+    assert first["store_error"] == (f"the store on rank 0 (127.0.0.1:{port}) was tampered with: arrived/2: a value not "
+                                    "signed with this run's token (a host other than this run's ranks wrote to it "
+                                    "or deleted from it): no rank is blamed")
+    assert (second["status"], second["missing_ranks"]) == ("SKIP", []), second
+    assert second["store_state"] in ("lost", "tampered")

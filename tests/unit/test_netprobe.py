@@ -4,10 +4,13 @@ the store), also with a node that never arrives and one that stops mid-run."""
 
 from __future__ import annotations
 
+import collections
+import datetime
 import multiprocessing
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -362,23 +365,113 @@ def test_a_node_frozen_mid_run_is_gone_alike_on_every_node_inside_the_least_dead
 
 
 class _DictStore:
-    """A TCPStore as a dict (set/get/check/wait), with values a stranger wrote after the node's."""
+    """A TCPStore as a dict that threads share: set, get, check, compare_set, delete_key, add, and wait,
+    which every set wakes as torch's server wakes its waiters (also for a key deleted at once).
+    ``forged``: values a stranger wrote over the node's (key -> raw value, once); ``dropped``:
+    key -> how many of its writes a stranger deletes at once, before any node reads them (a
+    deleter that always wins the race)."""
 
-    def __init__(self, forged=None):
+    def __init__(self, forged=None, dropped=None):
         self.data, self.forged = {}, dict(forged or {})
+        self.dropped = collections.Counter(dropped or {})
+        self.sets: collections.Counter = collections.Counter()
+        self.cond = threading.Condition()
 
     def set(self, key, value):
-        self.data[key] = self.forged.pop(key, value)
+        with self.cond:
+            self.sets[key] += 1
+            if self.dropped[key] > 0:
+                self.dropped[key] -= 1
+                self.data.pop(key, None)
+            else:
+                self.data[key] = self.forged.pop(key, value)
+            self.cond.notify_all()
 
     def get(self, key):
-        return self.data[key]
+        with self.cond:
+            return self.data[key]
 
     def check(self, keys):
-        return all(k in self.data for k in keys)
+        with self.cond:
+            return all(k in self.data for k in keys)
 
-    def wait(self, keys, timeout):
-        if not self.check(keys):
-            raise RuntimeError("Wait timeout")
+    def wait(self, keys, timeout=datetime.timedelta(seconds=30)):
+        with self.cond:
+            before = {k: self.sets[k] for k in keys}
+            if not self.cond.wait_for(lambda: all(k in self.data or self.sets[k] > before[k] for k in keys),
+                                      timeout.total_seconds()):
+                raise RuntimeError("Wait timeout")
+
+    def compare_set(self, key, expected, desired):
+        with self.cond:
+            if key not in self.data:
+                return expected
+            if self.data[key] == expected:
+                self.data[key] = desired
+            return self.data[key]
+
+    def delete_key(self, key):
+        with self.cond:
+            return self.data.pop(key, None) is not None
+
+    def add(self, key, amount):
+        with self.cond:
+            self.data[key] = str(int(self.data.get(key, b"0")) + amount).encode()
+            return int(self.data[key])
+
+
+def _deleter(raw: _DictStore, key: str, times: int) -> threading.Thread:
+    """A process on a member node that reaches the store: deletes ``key`` each time it appears,
+    ``times`` times (review N4's proof, retest_forge.py)."""
+    def run():
+        for _ in range(times):
+            try:
+                raw.wait([key], datetime.timedelta(seconds=60))
+            except RuntimeError:
+                return
+            raw.delete_key(key)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _threads_of_nodes(monkeypatch, raw: _DictStore, kwargs: list[dict]) -> dict:
+    """run_node of every ``kwargs`` in a thread of its own, each node's store ``raw``: host -> its
+    result (the thread in place of the deadline child)."""
+    pytest.importorskip("torch")
+    from ansible.module_utils.ncclprep import netprobe
+
+    monkeypatch.setattr(netprobe, "bound_tcp_store", lambda *a, **k: (raw, None))
+    out: dict = {}
+
+    class P:
+        def __init__(self, host):
+            self.host = host
+
+        def stage(self, name, **_):
+            pass
+
+        def result(self, value):
+            out[self.host] = value
+    threads = [threading.Thread(target=run_node, args=(P(k["hosts"][k["rank"]]),), kwargs=k, daemon=True)
+               for k in kwargs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    return out
+
+
+def _judged(results: dict) -> dict:
+    """check_network over the nodes' results: check id -> (status, hosts)."""
+    from ansible.module_utils.ncclprep.checks.network import check_network
+    from ansible.module_utils.ncclprep.model import Context
+
+    hosts = sorted(results)
+    checks = check_network({h: {"net": dict(v, host=h, hosts=hosts)} for h, v in results.items()},
+                           Context(all_hosts=tuple(hosts)))
+    return {c["id"]: (c["status"], c["hosts"]) for c in checks}
 
 
 def test_signed_store_values_hold_only_with_this_run_s_token():
@@ -388,9 +481,12 @@ def test_signed_store_values_hold_only_with_this_run_s_token():
     store = SignedStore(raw, TOKEN)
     store.set("present", "[0, 1]")
     assert store.get("present") == "[0, 1]" and raw.data["present"].endswith(b":[0, 1]")
+    assert store.read("present") == "[0, 1]" and store.read("absent") is None
     raw.data["present"] = b"[0]"  # a stranger's value, as the review's test writes it
     with pytest.raises(StoreTampered, match="present: a value not signed with this run's token"):
         store.get("present")
+    with pytest.raises(StoreTampered, match="present: a value not signed"):
+        store.read("present")
     SignedStore(raw, "another run").set("present", "[0]")
     with pytest.raises(StoreTampered, match="not signed"):
         store.get("present")
@@ -400,23 +496,135 @@ def test_signed_store_values_hold_only_with_this_run_s_token():
 
 
 def test_a_tampered_store_is_reported_as_such_not_as_nodes_missing(monkeypatch):
-    """Review F9: a stranger who set ``present`` to ``[0]`` made every node name healthy nodes
-    missing. The node now reports the store as tampered with, naming the key, and no one missing."""
-    pytest.importorskip("torch")
+    """Review F9 and N4: a stranger who wrote an unsealed ``arrived/1`` made every node read it
+    and lose the store, and net.run blamed the first node (retest_forge.py: HANG naming nodeA).
+    The first node now reads n2's word, finds it not this run's and says so; n2, left without the
+    first node's decision while the store answers, says so too; net.run names no node and the
+    link checks judge nothing."""
     from ansible.module_utils.ncclprep import netprobe
 
-    raw = _DictStore(forged={"present": b"[0]"})
-    monkeypatch.setattr(netprobe, "bound_tcp_store", lambda *a, **k: (raw, None))
-    out = {}
-
-    class P:
-        def stage(self, name, **_):
-            pass
-
-        def result(self, value):
-            out.update(value)
+    monkeypatch.setattr(netprobe, "JOIN_SLACK_S", 1, raising=False)  # absent before review N4
     store, listen = _ports()
-    netprobe.run_node(P(), **(_kwargs(0, store, listen, HOSTS[:1], ADDRS[:1]) | {"join_timeout": 1}))
-    assert out["status"] == "HANG" and out["stage"] == "store" and out["missing_hosts"] == []
-    assert out["store_error"] == (f"the store on n1 ({ADDRS[0]}:{store}) was tampered with: present: a value not "
-                                  "signed with this run's token (a host other than this run's nodes wrote to it)")
+    raw = _DictStore(forged={"arrived/1": b"present"})
+    out = _threads_of_nodes(monkeypatch, raw, [_kwargs(r, store, listen, HOSTS[:2], ADDRS[:2]) | {"join_timeout": 2}
+                                               for r in range(2)])
+    assert _judged(out) == {"net.run": ("WARN", []), "net.latency": ("SKIP", []), "net.bandwidth": ("SKIP", []),
+                            "net.path_mtu": ("SKIP", []), "net.ports": ("SKIP", [])}
+    assert out["n1"]["store_state"] == out["n2"]["store_state"] == "tampered"
+    assert out["n1"]["store_error"] == (f"the store on n1 ({ADDRS[0]}:{store}) was tampered with: arrived/1: a value "
+                                        "not signed with this run's token (a host other than this run's nodes wrote "
+                                        "to it or deleted from it)")
+    assert ("arrived/present: not in the store 3 s on, while the store answers (deleted, or its poster stopped "
+            "on a value not this run's)") in out["n2"]["store_error"]
+    assert out["n1"]["missing_hosts"] == out["n2"]["missing_hosts"] == [] and out["n1"]["links"] == []
+
+
+def test_a_word_deleted_during_the_join_delays_its_node_and_never_names_it_missing(monkeypatch):
+    """Review N4's proof: a process on a member node deletes ``arrived/1`` as it is written, and
+    the first node, which looked for the key, named n2 "never arrived" (a strike in root's
+    re-test). n2 now posts its word again each time it finds it gone, the first node counts it
+    once read: both take part, n2 reports what was deleted under it, net.run names no node."""
+    store, listen = _ports()
+    raw = _DictStore(dropped={"arrived/1": 3})
+    out = _threads_of_nodes(monkeypatch, raw, [_kwargs(r, store, listen, HOSTS[:2], ADDRS[:2]) | {"join_timeout": 3}
+                                               for r in range(2)])
+    for host in ("n1", "n2"):
+        assert out[host]["present"] == ["n1", "n2"] and out[host]["missing_hosts"] == [], out[host]
+        assert out[host]["gone_hosts"] == []
+    assert _judged(out)["net.run"] == ("WARN", [])
+    assert raw.sets["arrived/1"] == 4 and raw.dropped["arrived/1"] == 0  # posted again after each deletion
+    assert out["n1"]["store_state"] is None and out["n1"]["status"] == "PASS"
+    assert out["n2"]["store_state"] == "tampered" and out["n2"]["status"] == "HANG"
+    assert out["n2"]["store_error"] == (
+        f"the store on n1 ({ADDRS[0]}:{store}) was tampered with: arrived/1: this node's values were deleted from "
+        "the store (3 times) and posted again (a host other than this run's nodes wrote to it or deleted from it)")
+    assert {(x["src"], x["dst"]) for v in out.values() for x in v["links"]} == {("n1", "n2"), ("n2", "n1")}
+
+
+def test_a_done_word_deleted_after_it_was_written_does_not_name_its_node_gone(monkeypatch):
+    """Review N4: deleting ``p1/r0/done/<r>`` after node r wrote it named r gone ("stopped
+    answering during the rounds"). n3 sits the first round out (pairs (0, 1)) and writes its
+    word at once; a stranger deletes it three times while n1 still measures. n3 posts it again,
+    n1 reads it: no node is gone, every direction is measured, net.run names no node."""
+    from ansible.module_utils.ncclprep.schedule import pair_schedule
+
+    assert pair_schedule(3, 2, "s")[0] == [(0, 1)]
+    store, listen = _ports()
+    raw = _DictStore(dropped={"p1/r0/done/2": 3})
+    quick = {"mtu": None, "join_timeout": 3, "repair": 0}
+    out = _threads_of_nodes(monkeypatch, raw, [_kwargs(r, store, listen) | quick for r in range(3)])
+    for host in HOSTS:
+        assert out[host]["gone_hosts"] == [] and out[host]["missing_hosts"] == [], out[host]
+    assert _judged(out)["net.run"] == ("WARN", [])
+    assert raw.sets["p1/r0/done/2"] == 4
+    assert out["n3"]["store_state"] == "tampered"
+    assert "p1/r0/done/2: this node's values were deleted from the store (3 times)" in out["n3"]["store_error"]
+    assert out["n1"]["store_state"] is None and out["n2"]["store_state"] is None
+    assert sorted((x["src"], x["dst"]) for v in out.values() for x in v["links"]) == sorted(
+        (a, b) for a in HOSTS for b in HOSTS if a != b)
+
+
+def test_the_first_node_decides_who_arrived_from_words_it_read_and_keeps_them():
+    """netutil.rendezvous, the join of the probe, the collectives and the job's preflight: the
+    first node counts a rank once it read its sealed word; a word deleted after that read
+    changes nothing, a word deleted before it is posted again by its rank (a delay); a rank
+    left out after its own word was deleted says the store was tampered with."""
+    from ansible.module_utils.ncclprep.netutil import Keeper, Sealed, StoreTampered, rendezvous
+
+    raw = _DictStore()
+    out: dict = {}
+
+    def rank(r, world=3, join=2.0):
+        store = Sealed(raw, TOKEN)
+        try:
+            out[r] = rendezvous(store, Keeper(store), r, world, "gpus", str(r * 8), join, 2)
+        except StoreTampered as exc:
+            out[r] = exc
+
+    deleter = _deleter(raw, "gpus/2", 2)
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    deleter.join(1)
+    assert out == {r: {0: "0", 1: "8", 2: "16"} for r in range(3)}
+    raw.delete_key("gpus/1")  # after the decision: nothing changes
+    assert Sealed(raw, TOKEN).get("gpus/present") == b'{"0": "0", "1": "8", "2": "16"}'
+
+    # a rank whose every word a stranger deletes before the first node reads it is left out:
+    # tampered, not late
+    raw, out = _DictStore(dropped={"gpus/1": 10 ** 6}), {}
+    threads = [threading.Thread(target=rank, args=(r, 2, 0.5)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out[0] == {0: "0"}
+    assert isinstance(out[1], StoreTampered) and str(out[1]).startswith(
+        "gpus/1: this node's values were deleted from the store (")
+    assert str(out[1]).endswith("and posted again: left out of the run, which it had joined")
+
+
+def test_two_runs_with_one_token_seal_with_different_keys_and_a_replayed_salt_is_refused():
+    """Review N15: a re-used run id (the re-test's key is derived from it) let values recorded in
+    one run verify in the next. Rank 0 now draws a salt per run; the key is derived from it, and
+    a salt stamped long ago (replayed) or not sealed with the token is refused."""
+    from ansible.module_utils.ncclprep.netutil import SALT_KEY, Sealed, StoreTampered, run_token
+
+    first, second = _DictStore(), _DictStore()
+    key1, key2 = run_token(first, 0, TOKEN, 5), run_token(second, 0, TOKEN, 5)
+    assert key1 != key2 and len(key1) == 64
+    assert run_token(first, 1, TOKEN, 5) == key1  # every rank of a run derives rank 0's
+    Sealed(first, key1).set("rows", "[]")
+    second.data["rows"] = first.data["rows"]  # recorded in the first run, replayed in the second
+    with pytest.raises(StoreTampered, match="rows: a value not signed"):
+        Sealed(second, key2).get("rows")
+    stale = _DictStore()
+    run_token(stale, 0, TOKEN, 5, now=lambda: time.time() - 3600)
+    with pytest.raises(StoreTampered, match=rf"{SALT_KEY}: stamped 3600 s from this node's clock, more than 125 s"):
+        run_token(stale, 1, TOKEN, 5)
+    forged = _DictStore()
+    forged.data[SALT_KEY] = b'{"salt": "x", "stamp": 0}'
+    with pytest.raises(StoreTampered, match=f"{SALT_KEY}: a value not signed"):
+        run_token(forged, 1, TOKEN, 5)

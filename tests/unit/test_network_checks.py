@@ -103,14 +103,56 @@ def test_a_node_that_stopped_mid_run_is_a_hang_naming_only_it():
     assert "node3 stopped answering during the rounds" in found["net.run"]["message"]
 
 
-def test_a_node_that_never_arrived_and_a_lost_store():
+def test_a_node_that_never_arrived_and_a_store_lost_by_every_other_node_which_blames_no_one():
+    """A store every other node lost used to blame its host (review N4: any process on a member
+    node can make them lose it, by deleting the first node's decision): now a WARN naming no
+    host, which no host's status turns bad (report.common.host_status)."""
+    from ansible.module_utils.ncclprep.report.common import host_status
+
     recs = records([row("node1", "node2"), row("node2", "node1")], missing=["node3"])
     found = bad(check_network(recs, CTX))
     assert found["net.run"]["hosts"] == ["node3"] and "node3 never arrived" in found["net.run"]["message"]
     recs = records([])
     for h in ("node2", "node3"):
-        recs[h]["net"]["store_error"] = "the store on node1 (10.0.0.1:29520): timeout"
-    assert bad(check_network(recs, CTX))["net.run"]["hosts"] == ["node1"]
+        recs[h]["net"].update(status="HANG", store_state="lost",
+                              store_error="the store on node1 (10.0.0.1:29520): Failed to recv, got 0 bytes.")
+    checks = check_network(recs, CTX)
+    run = checks[0]
+    assert (run["id"], run["status"], run["hosts"]) == ("net.run", "WARN", [])
+    assert run["message"] == ("the store on node1 was lost by node2, node3: no node is blamed (the store on node1 "
+                              "(10.0.0.1:29520): Failed to recv, got 0 bytes.)")
+    assert run["measured"]["store_state"] == {"node2": "lost", "node3": "lost"}
+    assert not bad(checks)
+    assert host_status(run, HOSTS) == dict.fromkeys(HOSTS, "WARN")
+
+
+def test_a_store_some_node_found_tampered_with_names_no_node_and_judges_no_link():
+    """Review N4: node2 found the store tampered with (a value not this run's, or its own word
+    deleted), and what the store showed the others - node2 never arrived, node1 -> node3 slow -
+    is the stranger's doing. net.run is a WARN naming no host (not a HANG naming node2, not the
+    first node), the link checks are SKIP, and no host's status is bad: neither the reports nor
+    root's re-test blame a node, and the job's preflight vets every node."""
+    from ansible.module_utils.ncclprep.jobpreflight import vetted
+    from ansible.module_utils.ncclprep.report.common import host_status
+
+    recs = records([row("node1", "node3", gbps=0.01), row("node3", "node1")], missing=["node2"])
+    recs["node2"]["net"].update(status="HANG", stage="store", present=[], missing_hosts=[], links=[],
+                                store_state="tampered",
+                                store_error="the store on node1 (10.0.0.1:29520) was tampered with: arrived/1: this "
+                                            "node's values were deleted from the store (40 times) and posted again")
+    checks = check_network(recs, CTX)
+    assert [(c["id"], c["status"], c["hosts"]) for c in checks] == [
+        ("net.run", "WARN", []), ("net.latency", "SKIP", []), ("net.bandwidth", "SKIP", []),
+        ("net.path_mtu", "SKIP", []), ("net.ports", "SKIP", [])]
+    run = checks[0]
+    assert run["message"] == ("the store on node1 was tampered with: no node is blamed (node2: the store on node1 "
+                              "(10.0.0.1:29520) was tampered with: arrived/1: this node's values were deleted from the "
+                              "store (40 times) and posted again); as the store showed it: node2 never arrived")
+    assert run["measured"]["store_state"] == {"node2": "tampered"} and run["measured"]["missing"] == ["node2"]
+    assert checks[2]["message"] == "not judged: the store on node1 was tampered with (net.run)"
+    assert all(s not in ("FAIL", "HANG") for c in checks for s in host_status(c, HOSTS).values())
+    assert vetted(checks, HOSTS) == (HOSTS, [])
+    assert summarize_network(recs)["bandwidth_gbps"]["node1"] == {"node3": 0.01}  # the figures stay in the matrices
 
 
 def test_a_store_only_one_node_could_not_reach_is_that_nodes_not_the_store_hosts():

@@ -11,6 +11,10 @@ direction it sends, so every pair it is in goes bad, while its peers each have g
 Slow bandwidth is judged against the cluster's median (blame.slow_outliers). Ports: a port
 bad from every node that probed it is the receiving node's (its firewall); bad from some
 only, the links.
+
+The probe's store can be reached by any process on a member node (review N4). A store some
+node found tampered with (its ``store_state``) blames no node: net.run is a WARN naming no
+host and the link checks are SKIP; a lost store blames no node by itself either.
 """
 
 from __future__ import annotations
@@ -76,13 +80,17 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     ``records``: every host's record (also hosts without facts). ``ctx``: ``max_latency_us``
     (p50 limit, microseconds; None: none), ``slow_z`` / ``slow_ratio`` (the robust rule of
     blame.slow_outliers) and ``min_gbps`` (a bandwidth floor in GB/s, GB = 1e9 bytes; None:
-    none). No net result anywhere: one net.run SKIP. Returns the checks in that order.
+    none). No net result anywhere: one net.run SKIP. A store some host found tampered with
+    (``store_state`` ``"tampered"``): net.run WARN naming no host and the four others SKIP, not
+    judged (``_check_tampered``). Returns the checks in that order.
     """
     nets = {h: (r or {}).get("net") for h, r in records.items()}
     nets = {h: n for h, n in nets.items() if n}
     if not nets:
         return [make_check("net.run", "SKIP", message="the network probe did not run")]
     rows = _rows(records)
+    if "tampered" in store_states(nets).values():
+        return _check_tampered(nets, rows)
     out = [_check_run(nets, rows)]
     good = [r for r in rows if not r.get("hang") and not r.get("error")]
     tested = {(r["src"], r["dst"]) for r in good}
@@ -93,38 +101,75 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     return out
 
 
+def store_states(nets: dict[str, dict]) -> dict[str, str]:
+    """host -> the state in which its probe found the store on the first node (net_probe's
+    ``store_state``: ``tampered``, ``lost``, ``unreached``), for the hosts whose probe found it
+    failing. A result without one (a node that runs an older ncclprep: the job's preflight and
+    the re-test run the installed one) is read from its ``store_error``."""
+    return {h: n.get("store_state") or ("tampered" if "was tampered with" in n["store_error"] else "lost")
+            for h, n in sorted(nets.items()) if n.get("store_error")}
+
+
+def _run_evidence(nets: dict[str, dict], rows: list[dict]) -> dict:
+    """What the probes said about the run: ``missing``, ``gone`` (hosts), ``hung`` (directions),
+    ``store`` (the store errors), ``store_state`` (``store_states``), ``killed`` (host -> the
+    stage its probe was killed at: status HANG with an error, as ``deadline.outcome_fields``
+    writes it)."""
+    return {"missing": sorted({h for n in nets.values() for h in n.get("missing_hosts") or []}),
+            "gone": sorted({h for n in nets.values() for h in n.get("gone_hosts") or []}),
+            "hung": sorted(f"{r['src']} -> {r['dst']}" for r in rows if r.get("hang")),
+            "store": sorted({n["store_error"] for n in nets.values() if n.get("store_error")}),
+            "store_state": store_states(nets),
+            "killed": {h: n.get("stage") for h, n in nets.items() if n.get("status") == "HANG" and n.get("error")}}
+
+
+def _check_tampered(nets: dict[str, dict], rows: list[dict]) -> list[Check]:
+    """A run whose store some host found tampered with (review N4): a host outside the run wrote a
+    value or deleted one, so who arrived, who left and who hung (a node that stops on it breaks
+    its peers' tests) is what that host made it. net.run WARN naming no host, with the evidence
+    as the store showed it in ``measured``; net.latency, net.bandwidth, net.path_mtu, net.ports
+    SKIP: their figures stay in the matrices (summarize_network), judged by no check."""
+    seen = _run_evidence(nets, rows)
+    first = next((n["hosts"][0] for n in nets.values() if n.get("hosts")), "the first node")
+    by = {h: nets[h]["store_error"] for h, state in seen["store_state"].items() if state == "tampered"}
+    shown = [f"{', '.join(seen['missing'])} never arrived" if seen["missing"] else "",
+             f"{', '.join(seen['gone'])} stopped answering" if seen["gone"] else "",
+             f"{', '.join(seen['hung'])} hung" if seen["hung"] else ""]
+    shown = "; ".join(p for p in shown if p)
+    message = (f"the store on {first} was tampered with: no node is blamed ("
+               + "; ".join(f"{h}: {e}" for h, e in sorted(by.items()))[:400] + ")"
+               + (f"; as the store showed it: {shown}" if shown else ""))
+    run = make_check("net.run", "WARN", (), measured=seen, expected="every node takes part and answers, through a "
+                     "store only this run's nodes write to", message=message,
+                     remediation=f"a process outside the run reached the probe's store on {first} (its store_port) "
+                                 "and wrote to it or deleted from it: find it (ss -tnp on that port), then re-run")
+    skipped = [make_check(cid, "SKIP", measured={"store_state": seen["store_state"]},
+                          message=f"not judged: the store on {first} was tampered with (net.run)")
+               for cid in ("net.latency", "net.bandwidth", "net.path_mtu", "net.ports")]
+    return [run] + skipped
+
+
 def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
-    """HANG naming who never arrived, stopped answering, hung a test (classified like any bad
-    link) or, for a lost store, the first node (the store's host) when every other node lost
-    it, else the nodes that did; a probe killed at its deadline (``killed``: status HANG with an
-    error, as ``deadline.outcome_fields`` writes it) is named when nothing above explains it. A
-    store lost because its host's probe was killed is the host's (or what explains the host's),
-    not the losers'. FAIL naming hosts whose probe raised; WARN
-    naming the directions that passed only on a second try (rows' ``retried``, the first
+    """HANG naming who never arrived, stopped answering or hung a test (classified like any bad
+    link), as the first node decided it from the values it read (netprobe: a deleted key only
+    delays, and its node then reports the store tampered with, ``check_network``); a probe
+    killed at its deadline (``killed``: status HANG with an error, as
+    ``deadline.outcome_fields`` writes it) is named when nothing above explains it. A lost store
+    (``store_state`` ``lost`` or ``unreached``) blames no one by itself, neither its host nor
+    those that lost it (review N4: a host outside the run can make the nodes lose it); with
+    nothing above to name, it is a WARN naming no host. FAIL naming hosts whose probe raised;
+    WARN naming the directions that passed only on a second try (rows' ``retried``, the first
     try's evidence); else PASS."""
-    missing = sorted({h for n in nets.values() for h in n.get("missing_hosts") or []})
-    gone = sorted({h for n in nets.values() for h in n.get("gone_hosts") or []})
-    store = sorted({n["store_error"] for n in nets.values() if n.get("store_error")})
-    first = next((n["hosts"][0] for n in nets.values() if n.get("hosts")), None)
+    seen = _run_evidence(nets, rows)
+    missing, gone, store, killed = seen["missing"], seen["gone"], seen["store"], seen["killed"]
     failed = {h: n.get("error") for h, n in nets.items() if n.get("status") == "FAIL"}
     hung = [r for r in rows if r.get("hang")]
     tested = {(r["src"], r["dst"]) for r in rows}
     # a direction to or from a node that left the run is that node's, not a link's
     unexplained = {(r["src"], r["dst"]) for r in hung} - {k for k in tested if set(k) & (set(missing) | set(gone))}
     hung_names = _blame(tested, unexplained)[0] if unexplained else []
-    # the store's host is to blame when every other node lost it; when some reached it, those
-    # that did not are (their path to it, or they came too late)
-    lost = {h for h, n in nets.items() if n.get("store_error")}
-    killed = {h: n.get("stage") for h, n in nets.items() if n.get("status") == "HANG" and n.get("error")}
     explained = set(missing) | set(gone) | set(hung_names)
-    if not store:
-        store_blame = set()
-    elif first in killed or (first and lost >= set(nets) - {first}):
-        # the store went with its host: what stopped the host is to blame, else the host
-        store_blame = set() if explained else {first}
-    else:
-        store_blame = lost
-    blame = explained | store_blame | (set() if explained else set(killed))
+    blame = explained | (set() if explained else set(killed))
     expected = "every node takes part and answers"
     if blame:
         parts = [f"{', '.join(missing)} never arrived" if missing else "",
@@ -132,13 +177,19 @@ def _check_run(nets: dict[str, dict], rows: list[dict]) -> Check:
                  "; ".join(sorted({f"{r['src']} -> {r['dst']}: {r['hang']}" for r in hung}))[:300],
                  store[0] if store else "",
                  "; ".join(f"{h}'s probe: {nets[h]['error']}" for h in sorted(killed))[:300]]
-        return make_check("net.run", "HANG", blame, measured={"missing": missing, "gone": gone, "hung": sorted(
-            f"{r['src']} -> {r['dst']}" for r in hung), "store": store, "killed": killed}, expected=expected,
-            message="; ".join(p for p in parts if p), remediation=REMEDY["net.run"])
+        return make_check("net.run", "HANG", blame, measured=seen, expected=expected,
+                          message="; ".join(p for p in parts if p), remediation=REMEDY["net.run"])
     if failed:
         return make_check("net.run", "FAIL", failed, measured=failed, expected=expected,
                           message="; ".join(f"{h}: {e}" for h, e in sorted(failed.items()))[:400],
                           remediation="read the error; torch must import in torch_runtime's venv (run site.yml)")
+    if store:
+        first = next((n["hosts"][0] for n in nets.values() if n.get("hosts")), "the first node")
+        return make_check("net.run", "WARN", (), measured=seen, expected=expected,
+                          message=(f"the store on {first} was lost by {', '.join(seen['store_state'])}: no node is "
+                                   f"blamed ({store[0]})")[:400],
+                          remediation=f"re-run; if it comes back, look at {first}'s probe (stopped, killed?) and the "
+                                      "path to its store_port")
     retried = {f"{r['src']} -> {r['dst']}": r["retried"] for r in rows if r.get("retried")}
     if retried:
         return retried_warning(
