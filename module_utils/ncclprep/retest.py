@@ -326,12 +326,17 @@ def verdict_of(rows: list[Mapping], host: str, hosts: list[str], run: str) -> di
     """This node's network verdict from the re-test's net.* ``rows`` (slurm.node_verdict's shape
     plus ``run`` and ``scope: network``): FAIL with the failed rows that judge ``host``
     (slurm.judged); UNKNOWN when the run's failures are a fabric or membership fault (slurm.fabric:
-    several nodes blamed at once, a row naming no host such as a store lost or tampered with), or
-    when this node was not measured (a net.run row names it: it did not take part or vanished,
+    several nodes blamed at once, a row naming no host), when the probe's store was tampered with
+    or lost (a net.run row naming no host with ``measured.store_state``), or when this node was not
+    measured (a net.run row names it: it did not take part or vanished,
     which anyone on a member node can feign by deleting a store key; review N4); else PASS."""
     from ansible.module_utils.ncclprep.checks import BAD
 
     base = {"run": run, "scope": "network"}
+    store = next((r for r in rows if r.get("id") == "net.run" and not r.get("hosts")
+                  and isinstance(r.get("measured"), dict) and r["measured"].get("store_state")), None)
+    if store is not None:  # the probe's store tampered with or lost (netutil): the run judged no one
+        return dict(base, status="UNKNOWN", failed=[], why=f"the re-test's probe store: {store.get('message')}")
     bad = [dict(r) for r in rows if r.get("status") in BAD]
     why = slurm.fabric([r for r in bad if slurm.is_network(r)])
     if why:

@@ -224,9 +224,12 @@ ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 
 
 def _kwargs(rank, store_port, listen_port, hosts=HOSTS, addrs=ADDRS):
+    # the ephemeral sample is drawn from the seed: one per run (its store port), so that two runs
+    # on two pytest-xdist workers do not draw the same two ports and find them held by each other
     return dict(rank=rank, hosts=hosts, addresses=addrs, store_port=store_port, listen_port=listen_port,
                 token=TOKEN, ports=[], ephemeral_range=[40000, 40999], ephemeral_sample=2, mtu=1500,
-                latency_samples=20, bandwidth_seconds=0.05, matchings=2, every_pair=False, repair=2, seed="s",
+                latency_samples=20, bandwidth_seconds=0.05, matchings=2, every_pair=False, repair=2,
+                seed=f"s{store_port}",
                 limits={"max_latency_us": None, "slow_z": -3.5, "slow_ratio": 0.5, "min_gbps": None},
                 join_timeout=8, step_timeout=1.0, connect_timeout=0.5)
 
@@ -552,7 +555,7 @@ def test_a_done_word_deleted_after_it_was_written_does_not_name_its_node_gone(mo
     store, listen = _ports()
     raw = _DictStore(dropped={"p1/r0/done/2": 3})
     quick = {"mtu": None, "join_timeout": 3, "repair": 0}
-    out = _threads_of_nodes(monkeypatch, raw, [_kwargs(r, store, listen) | quick for r in range(3)])
+    out = _threads_of_nodes(monkeypatch, raw, [_kwargs(r, store, listen) | quick | {"seed": "s"} for r in range(3)])
     for host in HOSTS:
         assert out[host]["gone_hosts"] == [] and out[host]["missing_hosts"] == [], out[host]
     assert _judged(out)["net.run"] == ("WARN", [])

@@ -107,6 +107,13 @@ def test_this_nodes_verdict_is_the_failed_rows_that_name_it():
     assert got["status"] == "UNKNOWN" and got["why"] == (
         "one run blames 2 nodes at once (n2, n3): a fabric or membership fault, no node's")
     # a node named by net.run (never arrived, gone: a deleted store key feigns it) was not measured
+    # a store the probe found tampered with (netutil): net.run WARN naming no one, the rest SKIP
+    tampered = {"id": "net.run", "status": "WARN", "hosts": [], "message": "the store on n1 was tampered with",
+                "measured": {"store_state": {"n2": "tampered"}}}
+    skipped = dict(PASSING, id="net.bandwidth", status="SKIP")
+    for h in hosts:
+        got = verdict_of([tampered, skipped], h, hosts, "r")
+        assert got["status"] == "UNKNOWN" and "was tampered with" in got["why"]
     gone = {"id": "net.run", "status": "HANG", "hosts": ["n3"], "message": "n3 never arrived"}
     assert verdict_of([gone], "n3", hosts, "r")["status"] == "UNKNOWN"
     assert verdict_of([gone], "n1", hosts, "r")["status"] == "PASS"
