@@ -31,11 +31,11 @@ alone drains nothing. 2 bad usage.
 members' names; not the job ports, which a running job's own torchrun holds: review N3), under a
 deadline of PROLOG_DEADLINE seconds, beside the cached verdict. When either fails on this node
 (slurm.judged) it drains the node with its own reason first (the rules of slurm.decide; Slurm writes
-its "Prolog error" only on a node not drained yet, so the reason stays) and exits 1: Slurm requeues
-the job. It exits 0 (the job runs) when the node passes, when ncclprep cannot tell (UNKNOWN: no
-intent, a reading past its deadline, Slurm's view unreadable), when someone else drained the node
-and when the circuit breaker holds the drain back: an exit 1 there would have Slurm drain the node
-anyway, past those rules.
+its "Prolog error" only on a node not drained yet, so the reason stays) and exits EXIT_REQUEUE (10),
+which the wrapper turns into the exit 1 Slurm requeues the job on. It exits 0 (the job runs) when
+the node passes, when ncclprep cannot tell (UNKNOWN: no intent, a reading past its deadline, Slurm's
+view unreadable), when someone else drained the node and when the circuit breaker holds the drain
+back: an exit 1 there would have Slurm drain the node anyway, past those rules.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ import os
 import random
 import socket
 import subprocess
+import sys
 import time
 
 from ansible.module_utils.ncclprep import nodecheck, slurm
@@ -81,7 +82,13 @@ PROLOG_MODULES = ("data_plane", "host_names")
 PROLOG_CHECKS = ("data_plane.interface", "names.resolve")
 #: Seconds the Prolog's reading may take (its Slurm commands come after, 10 s in all is Slurm's ask).
 PROLOG_DEADLINE = 6.0
-EXIT_REQUEUE = 1
+#: The Prolog's exit when it drained the node (or found it drained by ncclprep) and the job is to
+#: be requeued; the wrapper turns it, and only it, into the exit 1 that Slurm acts on, so that a
+#: crash (Python exits 1 on an uncaught exception or a failed import) never drains a node past
+#: the breaker with Slurm's own "Prolog error".
+EXIT_REQUEUE = 10
+#: Seconds a record may be dated ahead of this clock (clocks a little apart) and still count.
+FUTURE_S = 60.0
 
 
 def _now() -> datetime.datetime:
@@ -101,6 +108,9 @@ def record_verdict(record: dict | None, max_age: float, now: datetime.datetime) 
         return {"status": "UNKNOWN", "failed": [], "why": f"the record is not a node check's: {exc}", "run": None,
                 "age_s": None}
     base = {"run": record["generated_at"], "age_s": round(age, 1)}
+    if age < -FUTURE_S:
+        return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is dated {-age:.0f} s ahead of this "
+                                                           "clock: not a verdict on the node as it is")
     if age > max_age:
         return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is {age:.0f} s old (at most "
                                                            f"{max_age:.0f}): not a verdict on the node as it is")
@@ -126,10 +136,12 @@ def ledger_entry(host: str, verdict: dict, now: datetime.datetime | None = None)
 
 
 def _entry_ok(entry) -> bool:
-    """An entry this module wrote: a mapping whose lists hold strings (review N19)."""
+    """An entry this module wrote: a mapping whose lists hold strings and whose fields are strings
+    or absent (review N19)."""
     return isinstance(entry, dict) and all(
         isinstance(entry.get(k, []), list) and all(isinstance(x, str) for x in entry.get(k, []))
-        for k in ("partners", "checks"))
+        for k in ("partners", "checks")) and all(
+        entry.get(k) is None or isinstance(entry.get(k), str) for k in ("at", "run", "scope", "status", "event"))
 
 
 def read_ledger(path: str) -> list[dict]:
@@ -274,7 +286,7 @@ def refresh(record_path: str, refresh_after: float, age_s: float | None, command
     """Start ``command`` detached (its own session, no output kept) when the record is missing or
     older than ``refresh_after`` seconds and no refresh holds the lock file beside the record;
     True when one was started. Raises nothing."""
-    if age_s is not None and age_s < refresh_after:
+    if age_s is not None and 0 <= age_s < refresh_after:
         return False
     lock = record_path + ".refreshing"
     try:
@@ -451,7 +463,9 @@ def act(host: str, verdict: dict, ledger_path: str, runner: Runner, *, record: b
                 entries[-1] = dict(entries[-1], decision={"action": decision["action"] if done else "none",
                                                           "why": line})
             if done and decision["action"] == "resume":
-                entries.append({"at": now.isoformat(), "event": "resumed", "why": line})
+                entries.append({"at": now.isoformat(), "event": "resumed", "why": line,
+                                "scope": "network" if slurm.network_drain(info) else "node",
+                                "checks": [c for c in [slurm.drained_for(info)] if c]})
             if record or done:
                 write_ledger(ledger_path, prune(entries, now, window))
             out.update(status="acted", done=done, decision=decision, line=line)
@@ -619,10 +633,10 @@ def parser(command: str = "health") -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(
             prog="ncclprep node prolog", allow_abbrev=False,
             description="Slurm's Prolog: the data-plane interface and the members' names read now, and the last node "
-                        "check's verdict; on a failure of this node drain it with an 'ncclprep:' reason and exit 1 "
+                        "check's verdict; on a failure of this node drain it with an 'ncclprep:' reason and exit 10 "
                         "(Slurm requeues the job).",
-            epilog="exit codes: 0 the job runs (passes, UNKNOWN, another's drain, the circuit breaker); 1 drained, "
-                   "the job is requeued; 2 bad usage.")
+            epilog="exit codes: 0 the job runs (passes, UNKNOWN, another's drain, the circuit breaker, a crash); 10 "
+                   "drained, the job is to be requeued (the wrapper exits 1 for Slurm); 2 bad usage.")
         p.add_argument("--intent", default=INTENT_FILE, help=f"the intent document (default {INTENT_FILE})")
         p.add_argument("--claims", default=CLAIMS_DIR, help=f"root's folder of the jobs' claims folders, where "
                                                             f"this job's is made (default {CLAIMS_DIR})")
@@ -637,7 +651,19 @@ def parser(command: str = "health") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str], command: str = "health") -> int:
-    """``ncclprep node health|prolog [options]`` (``argv`` without ``node <command>``): the exit code."""
+    """``ncclprep node health|prolog [options]`` (``argv`` without ``node <command>``): the exit code.
+    A crash is UNKNOWN: exit 3 for the health check, 0 (the job runs) for the Prolog."""
+    try:
+        return _main(argv, command)
+    except Exception as exc:  # noqa: BLE001  (a hook never ends in a traceback Slurm acts on)
+        import traceback
+
+        print(f"ncclprep {command}: UNKNOWN (crashed: {type(exc).__name__}: {exc}): nothing done")
+        print(traceback.format_exc(), file=sys.stderr)
+        return EXIT_ACTED if command == "prolog" else EXIT_UNKNOWN
+
+
+def _main(argv: list[str], command: str) -> int:
     try:
         opts = parser(command).parse_args(argv)
     except SystemExit as exc:

@@ -88,6 +88,8 @@ ENV_TAKEN = "NCCLPREP_CLAIM_TAKEN"
 TAKEN_DIR = "/var/lib/ncclprep/taken"
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+#: A check id as a claim may name it (written to root's Epilog log: no control characters).
+_CHECK_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 #: The re-test store's listener (rank 0), kept open until the process ends (retest).
@@ -266,7 +268,11 @@ def _read_claim(dir_fd: int, job_id: str, uid: int, where: str) -> tuple[dict | 
         if not isinstance(claim, dict) or str(claim.get("job_id")) != job_id \
                 or not isinstance(claim.get("checks"), list) or not claim["checks"]:
             return None, f"{path} is not a claim of job {job_id}: ignored"
-        return claim, f"job {job_id} claims {', '.join(map(str, claim['checks']))}"
+        checks = [c for c in claim["checks"]
+                  if isinstance(c, str) and _CHECK_ID.match(c) and slurm.is_network({"id": c})]
+        if not checks:  # only a network check is the re-test's to judge; the ids reach root's log
+            return None, f"{path} names no network check: ignored"
+        return dict(claim, checks=checks), f"job {job_id} claims {', '.join(checks)}"
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested past the parser's depth
         return None, f"{path}: {exc}: ignored"
     finally:
@@ -333,6 +339,9 @@ def verdict_of(rows: list[Mapping], host: str, hosts: list[str], run: str) -> di
     from ansible.module_utils.ncclprep.checks import BAD
 
     base = {"run": run, "scope": "network"}
+    why = slurm.malformed(rows)
+    if why:
+        return dict(base, status="UNKNOWN", failed=[], why=why)
     store = next((r for r in rows if r.get("id") == "net.run" and not r.get("hosts")
                   and isinstance(r.get("measured"), dict) and r["measured"].get("store_state")), None)
     if store is not None:  # the probe's store tampered with or lost (netutil): the run judged no one

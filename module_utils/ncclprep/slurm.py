@@ -170,11 +170,13 @@ def held(info: Mapping[str, Any]) -> bool:
 
 def marked(info: Mapping[str, Any], now: float, ttl: float = MARK_TTL_S) -> bool:
     """True when the node carries a live MARK_PREFIX feature: a hook on it is deciding to drain it
-    (set at most ``ttl`` seconds before ``now``, epoch seconds)."""
+    (set at most ``ttl`` seconds before ``now``, epoch seconds, and at most ``ttl / 2`` after)."""
     for feature in info.get("features") or []:
         if feature.startswith(MARK_PREFIX):
             try:
-                if now - int(feature[len(MARK_PREFIX):]) <= ttl:
+                # a mark from ahead of this clock by more than the skew allowed is no mark: it
+                # would hold a slot until that time came (docs/slurm.md: clocks within 150 s)
+                if -ttl / 2 <= now - int(feature[len(MARK_PREFIX):]) <= ttl:
                     return True
             except ValueError:
                 continue
@@ -263,6 +265,21 @@ def reason(rows: Iterable[Mapping[str, Any]], host: str) -> str:
     return " ".join(text.split())[:REASON_MAX]
 
 
+def malformed(rows: Any) -> str | None:
+    """Why ``rows`` are not check rows as the checks write them (a list of mappings, each ``id`` a
+    string, ``hosts`` absent or a list of strings), None when they are. A verdict built of such
+    rows is UNKNOWN: never read as a pass (``hosts: "node2"`` would name n, o, d, e ...)."""
+    if not isinstance(rows, list):
+        return f"the rows are a {type(rows).__name__}, not a list"
+    for row in rows:
+        if not isinstance(row, Mapping) or not isinstance(row.get("id"), str):
+            return f"a row that is not a check's: {str(row)[:80]!r}"
+        hosts = row.get("hosts")
+        if hosts is not None and not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
+            return f"{row['id']}: hosts {str(hosts)[:80]!r} is not a list of names"
+    return None
+
+
 def judged(rows: Iterable[Mapping[str, Any]], host: str) -> list[dict]:
     """The failed or hung rows of ``rows`` that judge ``host`` itself (review N1, N3): a row that
     names the host (directly or as an end of a link) or names no host at all (a node check's row
@@ -340,25 +357,35 @@ def strikes(ledger: Iterable[Mapping[str, Any]], now: datetime.datetime | None =
     return seen
 
 
-def resumed_lately(ledger: Iterable[Mapping[str, Any]], now: datetime.datetime, window: float) -> str | None:
-    """When ncclprep last resumed the node within ``window`` seconds before ``now`` (the ledger's
-    ``{at, event: resumed}`` entries), else None."""
-    last = None
+def resumed_lately(ledger: Iterable[Mapping[str, Any]], now: datetime.datetime, window: float,
+                   scope: str = "node", checks: Iterable[str] = ()) -> str | None:
+    """When ncclprep last resumed the node from a drain of the same ``scope`` for one of the same
+    ``checks`` within ``window`` seconds before ``now`` (the ledger's ``{at, event: resumed, scope,
+    checks}`` entries), else None: the same fault back, not any fault after any resume."""
+    last, checks = None, set(checks)
     for entry in ledger:
         at = _when(entry)
-        if entry.get("event") == "resumed" and at is not None and (now - at).total_seconds() <= window:
+        if entry.get("event") == "resumed" and at is not None and (now - at).total_seconds() <= window \
+                and (entry.get("scope") or "node") == scope and checks & set(entry.get("checks") or []):
             last = str(entry.get("at"))
     return last
+
+
+def drained_for(info: Mapping[str, Any]) -> str | None:
+    """The check id of ncclprep's drain reason (``ncclprep: <id>: ...``, or a repeat's), else None."""
+    text = str(info.get("reason") or "")
+    if not text.startswith(REASON_PREFIX):
+        return None
+    rest = text[len(REPEAT_PREFIX):] if text.startswith(REPEAT_PREFIX) else text[len(REASON_PREFIX):]
+    return rest.strip().split(":", 1)[0] or None
 
 
 def network_drain(info: Mapping[str, Any]) -> bool:
     """True when ncclprep drained the node for a network check: its reason is ``ncclprep: <id>: ...``
     with a network id (is_network). Such a drain is resumed only by root's network re-test that
     passes (retest.py): a node check's pass says nothing of the network."""
-    text = str(info.get("reason") or "")
-    if not text.startswith(REASON_PREFIX):
-        return False
-    return is_network({"id": text[len(REASON_PREFIX):].strip().split(":", 1)[0]})
+    check = drained_for(info)
+    return check is not None and is_network({"id": check})
 
 
 def limit(total: int, max_drained: int = MAX_DRAINED) -> int:
@@ -402,6 +429,9 @@ def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledge
     status = verdict.get("status")
     if status not in ("PASS", "WARN", "FAIL", "UNKNOWN"):
         raise ValueError(f"{host}: verdict status {status!r}; valid: PASS, WARN, FAIL, UNKNOWN")
+    bad_rows = malformed(list(verdict.get("failed") or [])) or malformed(list(verdict.get("warned") or []))
+    if status != "UNKNOWN" and bad_rows:
+        status, verdict = "UNKNOWN", dict(verdict, why=f"the verdict's rows cannot be read: {bad_rows}")
     if status == "UNKNOWN":
         return _none(f"{host}: UNKNOWN ({verdict.get('why')}): ncclprep neither drains nor resumes")
     failed = judged(verdict.get("failed") or [], host) if status == "FAIL" else []
@@ -440,7 +470,7 @@ def decide(host: str, info: Mapping[str, Any], verdict: Mapping[str, Any], ledge
         if len(seen) < STRIKES:
             return _none(f"{host}: network strike {len(seen)} of {STRIKES} within {window / 3600:g} h "
                          f"({', '.join(sorted(seen)) or 'none'}); drains on a failure with another partner")
-    again = resumed_lately(ledger, now, window)
+    again = resumed_lately(ledger, now, window, scope, [str(r.get("id")) for r in failed])
     if again:
         text = f"{REPEAT_PREFIX} {text[len(REASON_PREFIX):].strip()} (resumed {again})"[:REASON_MAX]
     others = holding(cluster, host, now.timestamp())

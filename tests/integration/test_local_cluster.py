@@ -306,7 +306,7 @@ def test_node_prolog_lets_a_jobs_listener_be_and_drains_a_failing_node_and_slurm
         start = time.monotonic()
         gate = on("node2", "ncclprep node prolog", timeout=60)
         record("node prolog, drained (Prolog)", time.monotonic() - start)
-        assert gate.returncode == 1, gate.stdout + gate.stderr
+        assert gate.returncode == 10, gate.stdout + gate.stderr  # the wrapper turns it into Slurm's 1
         assert gate.stdout.strip() == (f"ncclprep prolog node2: drained: ncclprep: sysctl.{sysctl}: measured 128, "
                                        f"expected {before}; the job is requeued"), gate.stdout
         assert slurm_state("node2") == ("drained", f"ncclprep: sysctl.{sysctl}: measured 128, expected {before}")

@@ -196,17 +196,17 @@ RESOLVES = {"id": "names.resolve", "status": "PASS", "hosts": [], "measured": No
 def test_the_prolog_drains_on_a_failure_read_now_and_exits_1_so_slurm_requeues():
     slurm = Slurm(IDLE)
     code, line, out = prolog("node2", [IFACE, RESOLVES], None, record([PASSING]), slurm, 900, now=NOW)
-    assert code == 1 and line == ("ncclprep prolog node2: drained: ncclprep: data_plane.interface: measured eth0 down, "
-                                  "expected up; the job is requeued")
+    assert code == 10 and line == ("ncclprep prolog node2: drained: ncclprep: data_plane.interface: measured eth0 "
+                                   "down, expected up; the job is requeued")
     assert slurm.updates()[-1][:4] == ["scontrol", "update", "NodeName=node2", "State=DRAIN"]
     # the cached verdict fails (the last node check), the reading now passes: drained too
     slurm = Slurm(IDLE)
     code, line, _ = prolog("node2", [RESOLVES], None, record([SYSCTL]), slurm, 900, now=NOW)
-    assert code == 1 and "sysctl.net.core.somaxconn" in slurm.updates()[-1][-1]
+    assert code == 10 and "sysctl.net.core.somaxconn" in slurm.updates()[-1][-1]
     # still failing on a node ncclprep drained already (a job slipped in while draining): requeued, no new drain
     ours = Slurm("node1|idle|none\nnode2|draining|ncclprep: x: measured 1, expected 2\n")
     code, line, _ = prolog("node2", [IFACE], None, None, ours, 900, now=NOW)
-    assert code == 1 and [c[0] for c in ours.calls] == ["sinfo"] and line.endswith("the job is requeued")
+    assert code == 10 and [c[0] for c in ours.calls] == ["sinfo"] and line.endswith("the job is requeued")
 
 
 def test_the_prolog_lets_the_job_run_when_it_passes_cannot_tell_or_may_not_drain():
@@ -300,7 +300,8 @@ def test_a_drain_is_held_back_by_another_hooks_live_mark_and_by_the_absolute_cap
         slurm.nodes[n].update(state="drained", reason="ncclprep: x: measured 1, expected 2")
     code, line, _ = health("node1", record([dict(SYSCTL, hosts=["node1"])], host="node1"), str(tmp_path / "l.json"),
                            slurm, 900, now=NOW)
-    assert "holds 4 of 40 nodes (node5, node6, node7, node9) already (at most 4" in line and not slurm.updates()
+    assert "holds or is draining 4 of 40 nodes (node5, node6, node7, node9) already (at most 4" in line
+    assert not slurm.updates()
     slurm.nodes["node9"]["features"] = []
     code, line, _ = health("node1", record([dict(SYSCTL, hosts=["node1"])], host="node1"), str(tmp_path / "m.json"),
                            slurm, 900, now=NOW, max_drained=3)
@@ -428,3 +429,43 @@ def test_a_degraded_node_check_sets_the_avoid_mark_and_a_pass_clears_it(tmp_path
     assert out["done"] and "no longer avoided (weight 1)" in line
     assert slurm.nodes["node2"] == {"state": "idle", "weight": 1, "features": [], "reason": None}
     assert [e["status"] for e in json.loads(open(ledger).read())] == ["WARN", "PASS"]
+
+
+def test_what_a_break_it_review_found_in_the_hooks(tmp_path, capsys, monkeypatch):
+    """A crash in the Prolog exited 1, which Slurm turns into its own drain past the breaker; a
+    record or mark dated in the future was trusted for as long as it stayed ahead; a ledger entry
+    whose run is a list ended the health check in a traceback; rows of another shape raised in
+    decide or, with hosts a string, read as a pass."""
+    import pytest
+
+    # a crash anywhere in the hook: UNKNOWN, the job runs (0), the health check exits 3
+    monkeypatch.setattr(nodehealth, "quick_rows", lambda *a, **k: 1 / 0)
+    assert nodehealth.main(["--node", "n", "--record", str(tmp_path / "r")], "prolog") == 0
+    assert "UNKNOWN (crashed: ZeroDivisionError" in capsys.readouterr().out
+    monkeypatch.setattr(nodehealth, "health", lambda *a, **k: 1 / 0)
+    assert nodehealth.main(["--node", "n", "--record", str(tmp_path / "r"), "--no-refresh"]) == 3
+    # a record from the future: UNKNOWN, and a fresh check is started
+    ahead = record([SYSCTL], minutes_ago=-60 * 24)
+    got = record_verdict(ahead, 900, NOW)
+    assert got["status"] == "UNKNOWN" and "ahead of this clock" in got["why"]
+    started = []
+    monkeypatch.setattr(nodehealth.subprocess, "Popen", lambda argv, **kw: started.append(argv))
+    assert refresh(str(tmp_path / "rec.json"), 240, age_s=got["age_s"], command=["true"]) and started
+    # a mark dated far ahead is no mark (it would hold a slot until then)
+    from ansible.module_utils.ncclprep.slurm import decide, marked
+
+    now = NOW.timestamp()
+    assert not marked({"features": [f"ncclprep_draining_{int(now) + 9 * 86400}"]}, now)
+    assert marked({"features": [f"ncclprep_draining_{int(now) + 100}"]}, now)
+    # a ledger entry of another shape is left out, not a traceback
+    ledger = tmp_path / "l.json"
+    ledger.write_text('[{"run": ["x"], "status": "FAIL"}]')
+    code, line, _ = health("node2", record([SYSCTL]), str(ledger), Slurm(IDLE), 900, now=NOW)
+    assert code == 0 and "drained" in line
+    # rows of another shape: UNKNOWN, never a pass
+    idle = {"state": "idle", "weight": 1, "features": [], "reason": None, "drained": False, "busy": False}
+    for rows in ([dict(SYSCTL, hosts="node2")], [dict(SYSCTL, hosts=3)], ["a row"], [dict(SYSCTL, id=["x"])]):
+        got = decide("node2", idle, {"status": "FAIL", "failed": rows}, [], {"node2": idle}, NOW)
+        assert got["action"] == "none" and "UNKNOWN (the verdict's rows cannot be read" in got["why"], rows
+    with pytest.raises(ValueError):
+        decide("node2", idle, {"status": "HANG"}, [], {"node2": idle}, NOW)

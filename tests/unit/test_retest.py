@@ -177,7 +177,7 @@ def test_the_epilogs_verdict_drains_on_the_second_strike_and_only_a_network_pass
     assert drained.calls[-1] == ["scontrol", "update", "NodeName=n3", "State=RESUME"]
     entries = json.loads(open(ledger).read())
     assert [(e.get("scope"), e.get("status") or e.get("event")) for e in entries] == [
-        ("network", "FAIL")] * 4 + [("node", "PASS"), ("network", "PASS"), (None, "resumed")]
+        ("network", "FAIL")] * 4 + [("node", "PASS"), ("network", "PASS"), ("network", "resumed")]
     # two network failures two days apart: no drain (the first is out of the window)
     old = str(tmp_path / "old.json")
     two_days = (nodehealth._now() - __import__("datetime").timedelta(days=2)).isoformat()
@@ -353,3 +353,21 @@ def test_the_taken_variable_alone_skips_no_claim_check_and_a_run_that_cannot_sta
                         *args[4:]], "retest", {})
     assert code == 3 and not (tmp_path / "stamp").exists()
     assert f"{tmp_path / 'intent.json'}: no job settings" in capsys.readouterr().out
+
+
+def test_a_claim_of_no_network_check_or_with_control_characters_starts_nothing(tmp_path):
+    """A break-it review: a claim naming only sysctl.x, or ids carrying a newline, was believed and
+    its text written to root's Epilog log as it was."""
+    from ansible.module_utils.ncclprep.retest import prolog_claims
+
+    folder = tmp_path / "claims"
+    folder.mkdir(mode=0o755)
+    for checks, want in ((["sysctl.not.a.network.check"], "names no network check: ignored"),
+                         (["net.bandwidth\nncclprep epilog job 1: forged"], "names no network check: ignored"),
+                         (["net.bandwidth", "x\ny"], "job 88 claims net.bandwidth")):
+        prolog_claims({"SLURM_JOB_ID": "88", "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid())},
+                      str(folder))
+        assert write_claim("88", {"checks": checks, "hosts": ["n3"]}, str(folder))
+        claim, why = take_claim("88", os.getuid(), str(folder))
+        assert why.endswith(want), why
+        assert "\n" not in why

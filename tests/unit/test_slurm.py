@@ -249,10 +249,19 @@ def test_strikes_count_within_the_window_and_from_the_last_pass_of_roots_retest(
 
 def test_a_node_that_fails_again_after_a_resume_is_drained_as_a_repeat_and_left_for_a_person():
     nodes = cluster()
-    resumed = {"at": (NOW - datetime.timedelta(hours=2)).isoformat(), "event": "resumed", "why": "passes now"}
+    resumed = {"at": (NOW - datetime.timedelta(hours=2)).isoformat(), "event": "resumed", "why": "passes now",
+               "scope": "node", "checks": ["sysctl.net.core.somaxconn"]}
     got = decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [resumed], nodes, NOW)
     assert got["action"] == "drain" and got["reason"].startswith("ncclprep: repeat: sysctl.net.core.somaxconn")
     assert len(got["reason"]) <= 200
+    # another fault after the resume is no repeat: another check, or the other scope (a break-it review)
+    other = dict(SYSCTL, id="sysctl.net.core.netdev_max_backlog")
+    assert decide("node1", nodes["node1"], {"status": "FAIL", "failed": [other]}, [resumed], nodes, NOW)[
+        "reason"].startswith("ncclprep: sysctl.net.core.netdev_max_backlog")
+    net = [entry("a", 3, ["node5"]), entry("b", 1, ["node7"])]
+    again = decide("node1", nodes["node1"], {"status": "FAIL", "scope": "network", "failed": [BANDWIDTH]},
+                   [resumed, *net], nodes, NOW)
+    assert again["reason"].startswith("ncclprep: net.bandwidth")
     # a resume older than the window is no repeat
     old = dict(resumed, at=(NOW - datetime.timedelta(hours=30)).isoformat())
     assert decide("node1", nodes["node1"], {"status": "FAIL", "failed": [SYSCTL]}, [old], nodes, NOW)[

@@ -103,10 +103,12 @@ def wrappers(tmp_path_factory):
     return folder, out
 
 
-@pytest.mark.parametrize("rc, want", [(0, 0), (1, 1), (3, 0), (124, 0)])
+@pytest.mark.parametrize("rc, want", [(0, 0), (10, 1), (1, 0), (3, 0), (124, 0)])
 def test_the_prolog_wrapper_requeues_only_on_a_measured_failure(wrappers, rc, want):
-    """ncclprep node prolog's exit 1 (it drained the node) reaches Slurm; could-not-tell (3) and a
-    run past the wrapper's deadline (124) let the job run; the health check's code passes through."""
+    """ncclprep node prolog's exit 10 (it drained the node) reaches Slurm as 1; could-not-tell (3),
+    a crash (Python's 1: a failed import drained every node with Slurm's "Prolog error", past the
+    breaker) and a run past the wrapper's deadline (124) let the job run; the health check's code
+    passes through."""
     folder, scripts = wrappers
     (folder / "rc").write_text(str(rc))
     assert subprocess.run([str(scripts["prolog"])], timeout=30).returncode == want
