@@ -206,6 +206,8 @@ def test_a_rank_stopped_mid_training_is_named_by_the_doctor_from_the_others_flig
     text = out.getvalue()
     assert "flight recorder (2 dumps)" in text, text
     # which of ranks 0-1 still show the failed work pending depends on when each wrote its dump (Gloo
-    # retires it once failed): the finding names the collective and rank 2, the one without a dump
-    assert re.search(r"FAIL rank 2: collective #\d+ \(all_?reduce, input sizes \[\[\d+\]\]\) of process group 0 "
+    # retires it once failed): the finding names the collective and rank 2, the one without a dump.
+    # Under load rank 1 may dump one collective behind rank 0 (seen in a clean-clone CI run, issue 40's
+    # stop): the headline then names rank 1 as behind, and rank 2 still as the one without a dump
+    assert re.search(r"FAIL rank [12]: collective #\d+ \(all_?reduce, input sizes \[\[\d+\]\]\) of process group 0 "
                      r"\(default_pg\): [^\n]*rank 2 left no dump", text), text
