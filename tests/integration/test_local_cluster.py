@@ -190,6 +190,14 @@ def test_slurm_runs_a_job_on_every_node_site_yml_provisioned(cluster):
     assert sorted(job.stdout.split()) == NODES
 
 
+def fresh_ledgers() -> None:
+    """Every node's ledger emptied: each Slurm test starts without the verdicts and resumes of the
+    tests before it (a node resumed for a check and failing it again within 24 h is a repeat,
+    drained for a person: right on a cluster, a cross-talk between tests here)."""
+    for node in NODES:
+        on(node, "rm -f /var/lib/ncclprep/health-ledger.json")
+
+
 def slurm_state(node: str) -> tuple[str, str]:
     """``(state, reason)`` of ``node`` as sinfo shows them (the reason ``none`` when it has none)."""
     out = on("node1", f"sinfo --noheader --Node --nodes {node} --format '%T|%E'")
@@ -233,6 +241,7 @@ def test_node_health_drains_a_failing_node_resumes_it_and_leaves_others_drains_a
     its own drain once the node passes, leaves a human's drain alone, and without a verdict
     (UNKNOWN) exits 3 and changes nothing."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    fresh_ledgers()
     sysctl = "net.core.somaxconn"
     before = on("node2", f"sysctl -n {sysctl}").stdout.strip()
     try:
@@ -279,6 +288,7 @@ def test_node_prolog_lets_a_jobs_listener_be_and_drains_a_failing_node_and_slurm
     own reason through the breaker's mark (exit 1: Slurm requeues the job); once fixed, the next
     node check and ``node health`` resume it."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    fresh_ledgers()
     start = time.monotonic()
     ok = on("node2", "ncclprep node prolog", timeout=60)
     record("node prolog (Prolog)", time.monotonic() - start)
@@ -326,6 +336,7 @@ def test_every_node_failing_with_all_health_checks_at_once_drains_at_most_the_ca
     health checks start at the same moment, as Slurm starts them; ncclprep drains at most
     min(max(1, 10 %), slurm_health_max_drained) = 1 of the 3 nodes, and leaves no mark behind."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    fresh_ledgers()
     sysctl = "net.core.somaxconn"
     before = on("node1", f"sysctl -n {sysctl}").stdout.strip()
     try:
@@ -356,6 +367,7 @@ def test_a_humans_down_with_its_reason_is_left_alone_by_a_failing_node(cluster):
     check, and its health check leaves the state and the note as they are (64ebd4f replaced the
     note with an ncclprep drain)."""
     assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    fresh_ledgers()
     sysctl = "net.core.somaxconn"
     before = on("node3", f"sysctl -n {sysctl}").stdout.strip()
     note = "admin: bad GPU, RMA 1234"
