@@ -1,10 +1,37 @@
 """Files written whole or not at all: the one home of the atomic write that the report, the node
-check's record and the node-side core zip share. Standard library only (runs on the nodes)."""
+check's record and the node-side core zip share, and of the lock file that makes a read, merge
+and write one step among processes (the hooks' ledger, the tuned file). Standard library only
+(runs on the nodes)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+import time
+
+
+@contextlib.contextmanager
+def held_lock(lock: str, wait: float, busy: str, mode: int = 0o600):
+    """Hold an exclusive ``flock`` on the file ``lock`` (made with ``mode`` when missing, never
+    through a link; its folder must exist), polled every 0.05 s for at most ``wait`` seconds.
+    Closing the descriptor at the end releases it. Raises TimeoutError with ``busy`` when another
+    holds it past ``wait``, OSError when it cannot be opened."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(busy) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: str, data: str | bytes, mode: int = 0o644) -> None:

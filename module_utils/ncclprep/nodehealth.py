@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import fcntl
 import json
 import math
 import os
@@ -54,7 +53,7 @@ import sys
 import time
 
 from ansible.module_utils.ncclprep import nodecheck, slurm
-from ansible.module_utils.ncclprep.atomic import write_atomic
+from ansible.module_utils.ncclprep.atomic import held_lock, write_atomic
 from ansible.module_utils.ncclprep.checks import BAD
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
 from ansible.module_utils.ncclprep.hostinfo import Runner, subprocess_runner
@@ -189,21 +188,9 @@ def node_lock(ledger_path: str, wait: float):
     N12: two writers lost a strike). Raises TimeoutError when another holds it for ``wait``
     seconds, OSError when it cannot be made."""
     os.makedirs(os.path.dirname(ledger_path) or ".", mode=0o700, exist_ok=True)
-    fd = os.open(ledger_path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"another ncclprep hook holds {ledger_path}.lock for more than {wait:g} s") \
-                        from None
-                time.sleep(0.05)
+    with held_lock(ledger_path + ".lock", wait,
+                   f"another ncclprep hook holds {ledger_path}.lock for more than {wait:g} s"):
         yield
-    finally:
-        os.close(fd)
 
 
 def update_ledger(path: str, host: str, verdict: dict, keep: int = LEDGER_KEEP,

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import json
 import os
 import signal
@@ -47,7 +46,7 @@ import yaml
 # isort: off
 from ncclprep import REPO_ROOT  # (extends ansible.module_utils.__path__)
 from ansible.module_utils.ncclprep import tuning
-from ansible.module_utils.ncclprep.atomic import write_atomic
+from ansible.module_utils.ncclprep.atomic import held_lock, write_atomic
 from ansible.module_utils.ncclprep.report import load_run
 # isort: on
 from ncclprep.runner import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_COULD_NOT_RUN, EXIT_PASS, run_playbook
@@ -103,20 +102,8 @@ def tuned_lock(path: str, timeout: float | None = None):
     LOCK_TIMEOUT_S), OSError when it cannot be opened."""
     lock = lock_path(path)
     timeout = LOCK_TIMEOUT_S if timeout is None else timeout
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{lock}: another ncclprep tune held it for {timeout:g} s") from None
-                time.sleep(0.05)
+    with held_lock(lock, timeout, f"{lock}: another ncclprep tune held it for {timeout:g} s", mode=0o644):
         yield
-    finally:
-        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def read_tuned(path: str) -> tuple[str | None, dict]:
