@@ -208,10 +208,7 @@ def update_ledger(path: str, host: str, verdict: dict, keep: int = LEDGER_KEEP,
 
 
 def _with_entry(path: str, host: str, verdict: dict, now: datetime.datetime) -> list[dict]:
-    try:
-        entries = read_ledger(path)
-    except (OSError, ValueError, TypeError):
-        entries = []
+    entries = _read_or_empty(path)
     if verdict["status"] != "UNKNOWN" and (verdict.get("run") is None
                                            or verdict.get("run") not in {e.get("run") for e in entries}):
         entries = entries + [ledger_entry(host, verdict, now)]

@@ -25,10 +25,11 @@ root (``retest``):
 3. those nodes run the network probe (netprobe.probe) with the intent's ``job.net`` settings,
    validate.yml's, and post their results; the first node judges them with validate.yml's net.*
    checks (checks.network.check_network) and posts the rows;
-4. each node takes the failed rows that name it (report.common.host_status) as its network
-   verdict, enters it in its ledger (nodehealth.update_ledger; the entry's run is
-   ``retest <id> <time>``) and acts on it by slurm.decide with scope ``network``: two strikes with
-   different partners drain it; a pass resumes only a network drain of ncclprep's.
+4. each node takes the failed rows that judge it (verdict_of: slurm.judged; UNKNOWN for a fabric
+   fault or a tampered store) as its network verdict and acts on it through nodehealth.act (its
+   ledger entry, the run ``retest <id> <time>``; slurm.decide with scope ``network``; the
+   breaker's mark): two strikes with different partners within the window drain it; a pass
+   resumes only a network drain of ncclprep's.
 
 ``ncclprep node retest --id ID --nodes A,B,...`` is the same re-test started by root by hand on each
 of the nodes at once (pdsh, clush, an Ansible ad-hoc run): how a node drained for the network comes
