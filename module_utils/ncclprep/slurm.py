@@ -252,14 +252,16 @@ def _value(value: Any, host: str) -> str:
 
 def reason(rows: Iterable[Mapping[str, Any]], host: str) -> str:
     """The drain reason for the failed ``rows``: ``ncclprep: <id>: measured <m>, expected <e>``
-    for the first, ``(+N more)`` for the rest, at most REASON_MAX characters; a measured or
-    expected value keyed by host gives this host's."""
+    for the first (a part the row does not carry left out, its message when it carries neither),
+    ``(+N more)`` for the rest, at most REASON_MAX characters; a measured or expected value keyed
+    by host gives this host's."""
     rows = list(rows)
     if not rows:
         raise ValueError("a drain needs at least one failed check")
     first = rows[0]
-    text = (f"{REASON_PREFIX} {first.get('id')}: measured {_value(first.get('measured'), host)}, "
-            f"expected {_value(first.get('expected'), host)}")
+    said = [f"{word} {_value(first[key], host)}" for word, key in (("measured", "measured"), ("expected", "expected"))
+            if first.get(key) is not None]
+    text = f"{REASON_PREFIX} {first.get('id')}: " + (", ".join(said) or str(first.get("message") or "no detail"))
     if len(rows) > 1:
         text += f" (+{len(rows) - 1} more)"
     return " ".join(text.split())[:REASON_MAX]

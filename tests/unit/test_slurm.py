@@ -96,6 +96,13 @@ def test_the_reason_names_the_check_and_this_hosts_values_and_fits_sinfo():
         "ncclprep: firewall.ports_free: measured eth0, eth1,")
     long = dict(SYSCTL, measured="x" * 500)
     assert len(reason([long], "node1")) == 200
+    # links.rdma's WARN carries no expected value (checks/links.py): no "expected None" in the reason,
+    # and a row with neither value gives its message
+    rdma = {"id": "links.rdma", "status": "WARN", "hosts": ["node1"], "measured": {"node1": ["mlx5_1/1 is Down"]},
+            "message": "node1: mlx5_1/1 is Down"}
+    assert reason([rdma], "node1") == "ncclprep: links.rdma: measured mlx5_1/1 is Down"
+    assert reason([{"id": "links.rdma", "message": "node1: mlx5_1/1 is Down"}], "node1") == \
+        "ncclprep: links.rdma: node1: mlx5_1/1 is Down"
     assert partners(BANDWIDTH, "node1") == ["node5", "node7"] and partners(SYSCTL, "node1") == []
 
 
