@@ -489,6 +489,11 @@ def _avoid(host: str, info: Mapping[str, Any], scope: str, warned: list[dict], a
     mark = avoided(info)
     weight = int(info.get("weight") or 1)
     keep = [f for f in info.get("features") or [] if not f.startswith(AVOID_PREFIX)]
+    if warned and mark is None and weight >= AVOID_WEIGHT:
+        # kept away already, by a person or by a mark of ours whose feature someone removed: a mark
+        # now would remember this weight as the one to put back, and the node would stay avoided
+        return _none(f"{host}: degraded{aside}; its weight {weight} keeps jobs away already, not by ncclprep's "
+                     "mark: left as it is")
     if warned and mark is None:
         text = reason(warned, host)[len(REASON_PREFIX):].strip()
         features = keep + [f"{AVOID_PREFIX}{scope}_{weight}"]

@@ -342,6 +342,11 @@ def test_a_degraded_node_is_avoided_not_drained_and_the_mark_clears_when_it_pass
     reach = {"id": "names.reachable", "status": "FAIL", "hosts": ["node3"]}
     got = decide("node1", nodes["node1"], {"status": "FAIL", "failed": [reach], "warned": [RDMA_WARN]}, [], nodes, NOW)
     assert got["action"] == "avoid" and "fails only checks that do not judge it: names.reachable" in got["why"]
+    # review F8: the feature stripped by someone, the weight left: no second mark on top, which would
+    # remember 1000000 as the weight to put back and keep the node avoided for good
+    stripped = dict(nodes["node1"], weight=1000000, features=["gpu"])
+    got = decide("node1", stripped, {"status": "WARN", "warned": [RDMA_WARN]}, [], nodes, NOW)
+    assert got["action"] == "none" and "its weight 1000000 keeps jobs away already" in got["why"], got
     # FAIL still drains a degraded node
     got = decide("node1", marked_node, {"status": "FAIL", "failed": [SYSCTL], "warned": [RDMA_WARN]}, [], nodes, NOW)
     assert got["action"] == "drain"
