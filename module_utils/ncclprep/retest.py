@@ -20,11 +20,15 @@ root (``retest``):
    (``retest_key``: every Slurm node holds it, only root reads it), and says whether it takes
    part: a node that re-tested less than ``--min-interval`` seconds ago declines, so a forged
    claim costs at most one probe per node and interval, never a drain of its own;
-2. the first node waits ``--join-timeout`` seconds and posts who takes part, none when any node
-   declined (every node must agree on the ranks);
+2. the first node waits ``--join-timeout`` seconds and posts who joined (netutil.rendezvous: every
+   node sees the same); none takes part when any node declined (every node must agree on the
+   ranks);
 3. those nodes run the network probe (netprobe.probe) with the intent's ``job.net`` settings,
    validate.yml's, and post their results; the first node judges them with validate.yml's net.*
-   checks (checks.network.check_network) and posts the rows;
+   checks (checks.network.check_network) and posts the rows. Every node keeps what it posted
+   (netutil.Keeper) until it is read, and the first node keeps what it read: a process on a member
+   node that deletes a key only delays the step (review N4); one that writes a value without the
+   key is found out (StoreTampered) and the run judges no one;
 4. each node takes the failed rows that judge it (verdict_of: slurm.judged; UNKNOWN for a fabric
    fault or a tampered store) as its network verdict and acts on it through nodehealth.act (its
    ledger entry, the run ``retest <id> <time>``; slurm.decide with scope ``network``; the
@@ -58,7 +62,15 @@ from collections.abc import Mapping
 from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
-from ansible.module_utils.ncclprep.netutil import missing_keys, open_signed_store
+from ansible.module_utils.ncclprep.netutil import (
+    Keeper,
+    StoreTampered,
+    await_one,
+    await_readers,
+    await_values,
+    open_signed_store,
+    rendezvous,
+)
 
 #: Root's folder (0755, made by the slurm_health role) of the jobs' claims folders: ``<job id>/``,
 #: the job's user's (0700), made by the Prolog and removed by the Epilog.
@@ -368,9 +380,9 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
     took part, the net.* rows)``; rows None when the re-test did not run (a node declined, fewer
     than two joined).
     ``nodes``: the Slurm names in the job's order, ``me`` this node's; ``may``: this node's rate
-    limit lets it take part. Raises CouldNotRun (no job settings, the store not reached)."""
-    from ansible.module_utils.ncclprep.jobpreflight import job_members, net_limits, options
-    from ansible.module_utils.ncclprep.netprobe import probe as net_probe
+    limit lets it take part. Raises CouldNotRun (no job settings, the store not reached or tampered
+    with)."""
+    from ansible.module_utils.ncclprep.jobpreflight import job_members
 
     settings = doc.get("job")
     if not isinstance(settings, dict):
@@ -389,44 +401,49 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
         _KEEP.append(listener)
     except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, OSError, DistStoreError ...)
         raise CouldNotRun(f"the re-test's store on {names[0]} ({addresses[0]}:{port}): {exc}") from None
-    store.set(f"may/{rank}", "1" if may else "0")
-    if rank == 0:
-        late = missing_keys(store, [f"may/{r}" for r in range(world)], join_timeout)
-        joined = [r for r in range(world) if f"may/{r}" not in late]
-        declined = [r for r in joined if store.get(f"may/{r}") != b"1"]
-        go = [] if declined or len(joined) < 2 else joined
-        if declined:
-            say(f"{', '.join(names[r] for r in declined)} re-tested less than the interval ago: no re-test")
-        store.set("go", json.dumps(go))
-    elif missing_keys(store, ["go"], join_timeout + 15):
-        raise CouldNotRun(f"no word from {names[0]} on who re-tests within {join_timeout + 15:g} s")
-    go = json.loads(store.get("go"))
-    store.set(f"read-go/{rank}", "1")
+    try:
+        return _steps(store, rank, world, names, addresses, settings, run_id, key, may, join_timeout, say)
+    except StoreTampered as exc:
+        raise CouldNotRun(f"the re-test's store on {names[0]} was tampered with: {exc}") from None
+
+
+def _steps(store, rank, world, names, addresses, settings, run_id, key, may, join_timeout, say):
+    """retest's steps 1-3 on ``store`` (the run's sealed store). Raises StoreTampered, RuntimeError
+    (the store stopped answering)."""
+    from ansible.module_utils.ncclprep.jobpreflight import net_limits, options
+    from ansible.module_utils.ncclprep.netprobe import probe as net_probe
+
+    keeper = Keeper(store)
+    joined = rendezvous(store, keeper, rank, world, "may", "1" if may else "0", join_timeout, 15)
+    declined = [r for r, said in joined.items() if said != "1"]
+    go = [] if declined or len(joined) < 2 else sorted(joined)
+    if rank == 0 and declined:
+        say(f"{', '.join(names[r] for r in declined)} re-tested less than the interval ago: no re-test")
     if rank not in go:
-        if rank == 0:  # the others read "go" from this node's store: keep it up until they have it
-            missing_keys(store, [f"read-go/{r}" for r in joined], 10)
+        if rank == 0:  # the others read who joined from this node's store: keep it up until they have
+            await_readers(store, "may", len(joined) - 1, 10)
         return names[rank], [names[r] for r in go], None
     taking = [names[r] for r in go]
     o = options(settings, taking, [addresses[r] for r in go], go.index(rank), key, f"retest-{run_id}",
                 [1] * len(go))["net"]
     say(f"{names[rank]}: re-testing the network with {', '.join(n for n in taking if n != names[rank])} "
         f"(deadline {o['timeout']} s)")
-    store.set(f"net/{rank}", json.dumps(net_probe(o, None), default=str))
+    keeper.post(f"net/{rank}", json.dumps(net_probe(o, None), default=str))
     if rank == 0:
         from ansible.module_utils.ncclprep.checks.network import check_network
         from ansible.module_utils.ncclprep.model import Context
 
-        late = set(missing_keys(store, [f"net/{r}" for r in go], o["timeout"] + 30))
-        records = {names[r]: ({"alive": False} if f"net/{r}" in late
-                              else {"alive": True, "net": json.loads(store.get(f"net/{r}"))}) for r in go}
+        got = await_values(store, [f"net/{r}" for r in go], o["timeout"] + 30, keeper)
+        records = {names[r]: ({"alive": True, "net": json.loads(got[f"net/{r}"])} if f"net/{r}" in got
+                              else {"alive": False}) for r in go}
         ctx = Context(all_hosts=tuple(taking), **net_limits(settings))
-        store.set("rows", json.dumps(check_network(records, ctx), default=str))
-    elif missing_keys(store, ["rows"], o["timeout"] + 60):
-        raise CouldNotRun(f"no judgement from {names[0]} within {o['timeout'] + 60:g} s")
-    rows = json.loads(store.get("rows"))
-    store.set(f"read-rows/{rank}", "1")
-    if rank == 0:  # the others read the rows from this node's store: keep it up until they have them
-        missing_keys(store, [f"read-rows/{r}" for r in go], 10)
+        text = json.dumps(check_network(records, ctx), default=str)
+        store.set("rows", text)
+        # the others read the rows from this node's store: keep it up until they have them
+        await_readers(store, "rows", len(go) - 1, 10)
+        return names[rank], taking, json.loads(text)
+    rows = json.loads(await_one(store, "rows", o["timeout"] + 60, keeper))
+    store.add("rows/read", 1)
     return names[rank], taking, rows
 
 

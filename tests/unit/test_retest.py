@@ -262,11 +262,11 @@ def _epilogs(tmp_path, ctx, min_interval: float, with_claim: dict) -> dict:
     return out
 
 
-def test_three_nodes_epilogs_re_test_as_root_once_per_interval_and_a_node_without_a_claim_stays_out(tmp_path):
-    pytest.importorskip("torch")
+def _three_nodes(tmp_path) -> int:
+    """Three nodes' files under ``tmp_path`` (intent, munge key, fake sinfo/squeue/scontrol, claim
+    folders): the re-test store's port."""
     from test_netprobe import _free_port, _ports
 
-    ctx = multiprocessing.get_context("spawn")
     store, listen = _free_port(), _ports()[1]
     (tmp_path / "intent.json").write_text(
         json.dumps({"version": nodecheck.INTENT_VERSION, "host": "n1", "node": {}, "readers": {}, "intent": {},
@@ -281,6 +281,13 @@ def test_three_nodes_epilogs_re_test_as_root_once_per_interval_and_a_node_withou
         os.chmod(tmp_path / "bin" / tool, 0o755)
     for host in HOSTS:
         (tmp_path / host / "claims").mkdir(parents=True)
+    return store
+
+
+def test_three_nodes_epilogs_re_test_as_root_once_per_interval_and_a_node_without_a_claim_stays_out(tmp_path):
+    pytest.importorskip("torch")
+    ctx = multiprocessing.get_context("spawn")
+    _three_nodes(tmp_path)
     out = _epilogs(tmp_path, ctx, 300, {h: True for h in HOSTS})
     for host in HOSTS:
         code, line = out[host]
@@ -303,6 +310,37 @@ def test_three_nodes_epilogs_re_test_as_root_once_per_interval_and_a_node_withou
     for host in ("n1", "n3"):
         assert out[host][1].endswith(f"{host}: re-test PASS: {host}: passes"), out
     assert len(json.loads((tmp_path / "n1" / "ledger.json").read_text())) == 2
+
+
+def test_a_word_a_stranger_deletes_from_the_re_tests_store_delays_it_and_leaves_no_node_out(tmp_path):
+    """Review N4, the re-test's own store: a process on a member node deleted ``may/1`` (n2's word
+    that it takes part) as it appeared, and the first node, which looked for the key, re-tested
+    without n2 ("no re-test (2 of 3 nodes to re-test)" on n2). n2 now posts its word again and the
+    first node counts it once read: the three nodes re-test and pass."""
+    pytest.importorskip("torch")
+    import datetime
+
+    from test_collectives import _stranger
+
+    deleted = []
+
+    def delete_as_it_comes(store):
+        for _ in range(3):
+            try:
+                store.wait(["may/1"], datetime.timedelta(seconds=30))
+            except RuntimeError:
+                return
+            deleted.append(store.delete_key("may/1"))
+
+    ctx = multiprocessing.get_context("spawn")
+    port = _three_nodes(tmp_path)
+    stranger = _stranger(port, delete_as_it_comes)
+    out = _epilogs(tmp_path, ctx, 0, {h: True for h in HOSTS})
+    stranger.join(5)
+    assert any(deleted), "the stranger deleted n2's word at least once"
+    for host in HOSTS:
+        assert out[host] == (0, f"ncclprep epilog job 77: job 77 claims net.bandwidth; {host}: re-test PASS: "
+                                f"{host}: passes"), out
 
 
 def test_missing_keys_names_the_late_ones_after_the_deadline_and_none_once_all_arrive():
