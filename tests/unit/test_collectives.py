@@ -242,24 +242,28 @@ def _stranger(port: int, act) -> threading.Thread:
     return thread
 
 
+def _deleting(key: str, deleted: list, times: int = 3):
+    """A stranger's act for _stranger: wait for ``key`` and delete it as it appears, ``times`` times
+    (each delete_key's result appended to ``deleted``), or until the store goes."""
+    import datetime
+
+    def act(store):
+        for _ in range(times):
+            try:
+                store.wait([key], datetime.timedelta(seconds=30))
+            except RuntimeError:
+                return
+            deleted.append(store.delete_key(key))
+    return act
+
+
 def test_a_word_deleted_during_the_join_delays_its_rank_and_never_names_it_missing():
     """Review N4: a stranger that deleted ``arrived/1`` as it appeared made the ranks, which looked
     for the key, name rank 1 missing (HANG). Rank 1 now posts its word again and rank 0, which
     decides for all, counts it once read: the sweep passes on both ranks."""
-    import datetime
-
     deleted = []
-
-    def delete_as_it_comes(store):
-        for _ in range(3):
-            try:
-                store.wait(["arrived/1"], datetime.timedelta(seconds=30))
-            except RuntimeError:
-                return
-            deleted.append(store.delete_key("arrived/1"))
-
     port = _free_port()
-    stranger = _stranger(port, delete_as_it_comes)
+    stranger = _stranger(port, _deleting("arrived/1", deleted))
     res = _run(2, [0, 1], ["all_reduce"], [4096], timeout=40, tokens={0: "t" * 32, 1: "t" * 32}, port=port)
     stranger.join(5)
     assert any(deleted)  # the stranger deleted a word of rank 1 at least once

@@ -318,23 +318,12 @@ def test_a_word_a_stranger_deletes_from_the_re_tests_store_delays_it_and_leaves_
     without n2 ("no re-test (2 of 3 nodes to re-test)" on n2). n2 now posts its word again and the
     first node counts it once read: the three nodes re-test and pass."""
     pytest.importorskip("torch")
-    import datetime
-
-    from test_collectives import _stranger
+    from test_collectives import _deleting, _stranger
 
     deleted = []
-
-    def delete_as_it_comes(store):
-        for _ in range(3):
-            try:
-                store.wait(["may/1"], datetime.timedelta(seconds=30))
-            except RuntimeError:
-                return
-            deleted.append(store.delete_key("may/1"))
-
     ctx = multiprocessing.get_context("spawn")
     port = _three_nodes(tmp_path)
-    stranger = _stranger(port, delete_as_it_comes)
+    stranger = _stranger(port, _deleting("may/1", deleted))
     out = _epilogs(tmp_path, ctx, 0, {h: True for h in HOSTS})
     stranger.join(5)
     assert any(deleted), "the stranger deleted n2's word at least once"
@@ -344,7 +333,7 @@ def test_a_word_a_stranger_deletes_from_the_re_tests_store_delays_it_and_leaves_
 
 
 def test_missing_keys_names_the_late_ones_after_the_deadline_and_none_once_all_arrive():
-    """netutil.missing_keys, the waits of the re-test and the job's preflight."""
+    """netutil.missing_keys, the waits of the job's preflight (jobpreflight.py)."""
     from ansible.module_utils.ncclprep.netutil import missing_keys
 
     class Store:
