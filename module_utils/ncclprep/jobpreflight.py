@@ -1,10 +1,21 @@
-"""``ncclprep node preflight``: the preflight of one Slurm job's nodes, launched by srun.
+"""``ncclprep node preflight``: the preflight of a set of nodes, one task on each, from any launcher.
 
     srun --ntasks-per-node=1 ncclprep node preflight [--need K] [--report-dir DIR] [--hostfile PATH]
+    pdsh -w node[1-3] ncclprep node preflight --members FILE [--rank N] [--run-id ID] [...]
 
-One task per node of the job step, no Ansible and no SSH: the nodes and their ranks come from Slurm
-(SLURMD_NODENAME, its index in SLURM_STEP_NODELIST - or SLURM_JOB_NODELIST - expanded by
-``scontrol show hostnames``), everything else from the intent document site.yml installed on the
+One task per node, no Ansible and no SSH. The nodes and their ranks come from the launcher, one of:
+
+- a member list (``--members FILE`` or NCCLPREP_MEMBERS: one member name a line, in rank order;
+  blank lines and ``#`` comments skipped, anything after the name ignored, so an MPI hostfile's
+  ``node1 slots=8`` reads as node1). This node's rank is ``--rank`` (else NCCLPREP_RANK, else
+  JOB_COMPLETION_INDEX, a Kubernetes indexed Job's), or, given none, its own place in the list
+  (the host name site.yml installed the intent under). The run's id (``--run-id``, else
+  NCCLPREP_RUN_ID, else one drawn from the list) seeds the probe; every node must be given the same
+  list and id. Ansible's validate.yml, pdsh, clush or a Kubernetes indexed Job start it this way.
+- Slurm's environment, without ``--members``: SLURMD_NODENAME, its index in SLURM_STEP_NODELIST
+  (or SLURM_JOB_NODELIST) expanded by ``scontrol show hostnames``; the run's id is the job id.
+
+Everything else comes from the intent document site.yml installed on the
 node (nodecheck.INTENT_FILE; its ``job`` key holds the members' data-plane addresses, the launcher
 and validate.yml's preflight_* settings, so both measure and judge alike). Each task:
 
@@ -36,11 +47,16 @@ the training smoke job is not run (torchrun.smoke SKIP, SMOKE_UNSEALED): the sec
 rendezvous guard's nonce, and a public one would let anyone prove a squatted rendezvous port.
 
 It runs as the job's user: what it finds is that user's claim. It never drains a node: when a
-network check failed, every task leaves the claim on its node (retest.write_claim) and the job's
-Epilogs re-test the network as root (retest.py); only what root measured reaches Slurm.
+network check failed under Slurm, every task leaves the claim on its node (retest.write_claim) and
+the job's Epilogs re-test the network as root (retest.py); only what root measured reaches Slurm.
+A run from a member list leaves no claim (no Slurm job, no Epilog to read it).
+
+The report's ``launch`` key (docs/report-schema.md) says which launcher started the run, its id
+and its nodes.
 
 Exit codes: 0 passed (with ``--need``: at least K nodes vetted), 1 a check failed or hung (with
-``--need``: fewer than K vetted), 2 bad usage (not in a job step, one task per node not kept),
+``--need``: fewer than K vetted), 2 bad usage (not in a job step, one task per node not kept, a
+member list unreadable, empty, with a name twice, or a rank outside it or naming another node),
 3 could not run (no intent, the first node's store or verdict not reached by its deadline).
 """
 
@@ -67,6 +83,11 @@ from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing
 
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
 ENV_TOKEN = "NCCLPREP_PREFLIGHT_TOKEN"
+#: A launcher that is not Slurm names the members, this node's rank and the run's id here (or
+#: with --members, --rank, --run-id).
+ENV_MEMBERS, ENV_RANK, ENV_RUN_ID = "NCCLPREP_MEMBERS", "NCCLPREP_RANK", "NCCLPREP_RUN_ID"
+#: The index Kubernetes gives each pod of an indexed Job (its rank when no other is given).
+ENV_K8S_INDEX = "JOB_COMPLETION_INDEX"
 #: The job's store listens on the network probe's store port plus this (validate.yml's ports:
 #: the probe's store and its listener, +0 and +1).
 JOB_PORT_OFFSET = 2
@@ -124,7 +145,55 @@ def job_from_env(env: Mapping[str, str], expand: Callable[[str], list[str]] | No
     me = env["SLURMD_NODENAME"]
     if me not in nodes:
         raise Usage(f"this node, {me}, is not in the step's nodes {nodelist}")
-    return {"job_id": env["SLURM_JOB_ID"], "nodes": nodes, "rank": nodes.index(me), "node": me}
+    return {"job_id": env["SLURM_JOB_ID"], "nodes": nodes, "rank": nodes.index(me), "node": me, "launcher": "slurm"}
+
+
+def read_members(path: str) -> list[str]:
+    """The member names of the file at ``path``, in rank order (module docstring: one name a line,
+    blank lines and ``#`` comments skipped, what follows the name ignored). Raises Usage naming the
+    file when it cannot be read, names nobody, or names someone twice."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(1 << 20)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Usage(f"--members {path}: {exc}") from None
+    names = [line.split("#", 1)[0].split()[0] for line in text.splitlines() if line.split("#", 1)[0].split()]
+    if not names:
+        raise Usage(f"--members {path}: no member named (one name a line, in rank order)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise Usage(f"--members {path}: {', '.join(twice)} listed twice (one task per node)")
+    return names
+
+
+def job_from_members(nodes: list[str], me: str, rank: str | int | None, run_id: str | None) -> dict:
+    """This task's place in a run from a member list, in job_from_env's shape (``launcher``:
+    ``members``). ``nodes``: read_members' names; ``me``: this node's member name (the intent's
+    host); ``rank``: the launcher's rank of this task (None: ``me``'s place in ``nodes``);
+    ``run_id``: None for one drawn from the list (the same on every node). A name matches ``me``
+    in full or by its short name (job_members' rule). Raises Usage when the rank is not an integer
+    in range, names another node, or when ``me`` is not listed and no rank is given."""
+    def same(name: str) -> bool:
+        return name == me or name.split(".")[0] == me.split(".")[0]
+
+    if rank is None or rank == "":
+        mine = [i for i, n in enumerate(nodes) if same(n)]
+        if not mine:
+            raise Usage(f"this node, {me}, is not in the member list ({', '.join(nodes)}): give it its rank "
+                        f"(--rank or {ENV_RANK}) or list it")
+        index = mine[0]
+    else:
+        try:
+            index = int(rank)
+        except ValueError:
+            raise Usage(f"rank {rank!r}: valid: an integer 0..{len(nodes) - 1}") from None
+        if not 0 <= index < len(nodes):
+            raise Usage(f"rank {index}: valid: 0..{len(nodes) - 1} (the member list names {len(nodes)})")
+        if not same(nodes[index]):
+            raise Usage(f"rank {index} is {nodes[index]} in the member list, but this node is {me}: every node "
+                        "must be given its own rank")
+    run_id = run_id or "m" + hashlib.sha256("\n".join(nodes).encode()).hexdigest()[:12]
+    return {"job_id": run_id, "nodes": list(nodes), "rank": index, "node": nodes[index], "launcher": "members"}
 
 
 def job_members(members: Mapping[str, str], nodes: list[str]) -> tuple[list[str], list[str]]:
@@ -155,6 +224,13 @@ def job_token(env: Mapping[str, str], job_id: str) -> tuple[str, bool]:
     if token:
         return token, True
     return hashlib.sha256(f"ncclprep-preflight-{job_id}".encode()).hexdigest()[:32], False
+
+
+def run_key(job: Mapping) -> str:
+    """What every node of one run must agree on, as one word: the run's id and a digest of its
+    nodes in rank order (jobpreflight.run compares each node's with the first node's)."""
+    digest = hashlib.sha256("\n".join(job["nodes"]).encode()).hexdigest()[:12]
+    return f"{job['job_id']}/{digest}".replace(" ", "_")
 
 
 def options(job: Mapping, names: list[str], addresses: list[str], rank: int, token: str, seed: str,
@@ -262,12 +338,24 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     # list for all: every node's probes must agree on the ranks; a deleted key delays, review N4)
     join = settings["probe"]["join_timeout"]
     try:
-        gpus = rendezvous(store, Keeper(store), rank, world, "gpus", str(_gpus()), join, 15)
+        # each node's GPU count and the run's id as it was given: a node given another id (or
+        # another member list) would run the probes and the smoke job's rendezvous apart
+        posted = rendezvous(store, Keeper(store), rank, world, "gpus", f"{_gpus()} {run_key(job)}", join, 15)
     except StoreTampered as exc:
         raise nodecheck.CouldNotRun(f"the job's store on {names[0]} was tampered with: {exc}") from None
     except RuntimeError as exc:  # torch's DistStoreError: the first node's store stopped answering
         raise nodecheck.CouldNotRun(f"no word from {names[0]} on the nodes that take part: {exc}") from None
+    first = posted.get(0, "").partition(" ")[2]
+    apart = sorted(r for r, v in posted.items() if v.partition(" ")[2] != first)
+    gpus = {r: v.partition(" ")[0] for r, v in posted.items() if r not in apart}
     present = sorted(gpus)
+    if rank in apart:
+        print(f"ncclprep node preflight: {me}: this node was given another run than {names[0]} (run id and member "
+              f"list {run_key(job)} against {first}): every node must be given the same --members and --run-id; "
+              "left out of this run, which names this node", file=sys.stderr)
+        return EXIT_USAGE
+    if apart:
+        say(f"{me}: {', '.join(names[r] for r in apart)} given another run id or member list: left out")
     if rank not in present:
         print(f"ncclprep node preflight: {me}: joined after {names[0]}'s {join} s deadline: left out of this job's "
               "preflight, which names this node", file=sys.stderr)
@@ -279,7 +367,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     local_ranks = [int(fixed) if fixed else max(int(gpus[r]), 1) for r in present]
     taking = [names[r] for r in present]
     o = options(settings, taking, [addresses[r] for r in present], present.index(rank), token,
-                f"slurm-{job['job_id']}", local_ranks)
+                f"{job['launcher']}-{job['job_id']}", local_ranks)
     world = len(present)
     record: dict = {"alive": True, "facts": None, "intent": doc.get("intent"), "ssh": None, "drift": None,
                     "net": None, "probe": None, "blame": None, "smoke": None, "counters": None}
@@ -342,7 +430,8 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         return EXIT_COULD_NOT_RUN
     result = json.loads(store.get("verdict"))
     print(f"ncclprep node preflight: {me}: {result['line']}")
-    _leave_claim(job["job_id"], result.get("claim"), me)
+    if job["launcher"] == "slurm":
+        _leave_claim(job["job_id"], result.get("claim"), me)
     return result["code"]
 
 
@@ -388,7 +477,7 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
     cluster = build_cluster(checks, names, records, utc_stamp(),
                             limits={"min_busbw_gbps": report["min_busbw_gbps"], "expect_net": report["expect_net"],
                                     "net_limits": limits})
-    cluster["slurm"] = {"job_id": job["job_id"], "nodes": job["nodes"]}
+    cluster["launch"] = {"launcher": job["launcher"], "run_id": job["job_id"], "nodes": job["nodes"]}
     result = verdict(checks, names, opts.need)
     try:
         why = planted_link(opts.report_dir)
@@ -417,7 +506,8 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
 
     claim = claim_of(checks)
     store.set("verdict", json.dumps({"code": result["code"], "line": line, "claim": claim}))
-    _leave_claim(job["job_id"], claim, names[0])
+    if job["launcher"] == "slurm":
+        _leave_claim(job["job_id"], claim, names[0])
     for text in problems:
         print(f"ncclprep node preflight: {text}", file=sys.stderr)
     print(f"ncclprep node preflight: {line}")
@@ -432,19 +522,30 @@ def parser() -> argparse.ArgumentParser:
     submit = os.environ.get("SLURM_SUBMIT_DIR") or "."
     p = argparse.ArgumentParser(
         prog="ncclprep node preflight", allow_abbrev=False,
-        description="The preflight of this Slurm job's nodes: the network probe, the collectives, the blame and the "
-                    "training smoke job on exactly the job's nodes; run as the job's first step, "
-                    "srun --ntasks-per-node=1 ncclprep node preflight.",
+        description="The preflight of a set of nodes, one task on each: the node's rows, the network probe, the "
+                    "collectives, the blame and the training smoke job on exactly those nodes. Under Slurm: "
+                    "srun --ntasks-per-node=1 ncclprep node preflight. From any other launcher (pdsh, clush, "
+                    "Ansible, a Kubernetes indexed Job): ncclprep node preflight --members FILE on every member.",
         epilog="exit codes: 0 passed (with --need: at least K nodes vetted); 1 a check failed or hung (with --need: "
                "fewer than K vetted); 2 bad usage; 3 could not run.")
+    p.add_argument("--members", metavar="FILE",
+                   help=f"the member names, one a line in rank order, the same file on every node (default "
+                        f"${ENV_MEMBERS}; without either, Slurm's job step)")
+    p.add_argument("--rank", metavar="N",
+                   help=f"with --members: this node's rank (default ${ENV_RANK}, else ${ENV_K8S_INDEX}, else this "
+                        "node's place in the list)")
+    p.add_argument("--run-id", metavar="ID",
+                   help=f"with --members: the run's id, the same on every node (default ${ENV_RUN_ID}, else one "
+                        "drawn from the list)")
     p.add_argument("--need", type=int, metavar="K",
                    help="the job over-allocated: pass when at least K nodes are vetted, and write the first K to "
                         "--hostfile")
     p.add_argument("--report-dir", default=os.path.join(submit, "ncclprep-reports"),
-                   help="where the first node writes the run's reports (default $SLURM_SUBMIT_DIR/ncclprep-reports)")
-    job_id = os.environ.get("SLURM_JOB_ID", "job")
-    p.add_argument("--hostfile", default=os.path.join(submit, f"ncclprep-hosts.{job_id}"),
-                   help="where --need writes the vetted nodes (default $SLURM_SUBMIT_DIR/ncclprep-hosts.<job id>)")
+                   help="where the first node writes the run's reports (default $SLURM_SUBMIT_DIR/ncclprep-reports, "
+                        "outside Slurm ./ncclprep-reports)")
+    p.add_argument("--hostfile", default=None,
+                   help="where --need writes the vetted nodes (default $SLURM_SUBMIT_DIR/ncclprep-hosts.<job id>, "
+                        "outside Slurm ./ncclprep-hosts.<run id>)")
     p.add_argument("--intent", default=nodecheck.INTENT_FILE,
                    help=f"the intent document (default {nodecheck.INTENT_FILE})")
     p.add_argument("--json", action="store_true", help="the first node also prints the verdict as JSON")
@@ -459,14 +560,26 @@ def main(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_PASS if exc.code == 0 else EXIT_USAGE
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
+    opts.members = opts.members or env.get(ENV_MEMBERS) or None
+    opts.rank = opts.rank if opts.rank is not None else env.get(ENV_RANK) or env.get(ENV_K8S_INDEX)
+    opts.run_id = opts.run_id or env.get(ENV_RUN_ID) or None
     if opts.need is not None and opts.need < 1:
         print(f"ncclprep node preflight: {host}: --need={opts.need}: valid: an integer >= 1", file=sys.stderr)
         return EXIT_USAGE
     try:
-        job = job_from_env(env)
+        if opts.members:
+            nodes = read_members(opts.members)
+            doc = nodecheck.intent_document(opts.intent)
+            host = doc["host"]
+            job = job_from_members(nodes, doc["host"], opts.rank, opts.run_id)
+        else:
+            job = job_from_env(env)
+            doc = None
         if opts.need is not None and opts.need > len(job["nodes"]):
             raise Usage(f"--need={opts.need} is more than the step's {len(job['nodes'])} nodes")
-        doc = nodecheck.intent_document(opts.intent)
+        if opts.hostfile is None:
+            opts.hostfile = os.path.join(env.get("SLURM_SUBMIT_DIR") or ".", f"ncclprep-hosts.{job['job_id']}")
+        doc = doc or nodecheck.intent_document(opts.intent)
         return run(doc, job, opts, env)
     except Usage as exc:
         print(f"ncclprep node preflight: {host}: {exc}", file=sys.stderr)

@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
               "       ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)\n"
               "       ncclprep node prolog [--dry-run] [--max-age S] (ncclprep node prolog -h)\n"
               "       srun --ntasks-per-node=1 ncclprep node preflight [--need K] (ncclprep node preflight -h)\n"
+              "       ncclprep node preflight --members FILE [--rank N] [--run-id ID] (on every member at once)\n"
               "       ncclprep node epilog (Slurm's Epilog) | ncclprep node retest --id ID --nodes A,B (-h)\n"
               "       ncclprep report --history [--json]",
               file=sys.stderr)

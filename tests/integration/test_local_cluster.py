@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -571,12 +572,47 @@ def test_the_example_batch_job_runs_the_preflight_then_trains_on_the_vetted_node
     assert all(r["world_size"] == 2 and r["params_identical"] for r in results)
     cluster_json = json.loads(on("node1", f"cat {folder}/ncclprep-reports/latest/cluster.json").stdout)
     assert cluster_json["status"] == "PASS" and cluster_json["hosts"] == NODES
-    assert cluster_json["slurm"] == {"job_id": job_id, "nodes": NODES}
+    assert cluster_json["launch"] == {"launcher": "slurm", "run_id": job_id, "nodes": NODES}
     ran = {c["id"]: c["status"] for c in cluster_json["checks"]}
     assert ran["torchrun.smoke"] == "PASS" and ran["net.bandwidth"] == "PASS" and ran["host.reachable"] == "PASS"
     assert ran["collective.all_reduce"] == "PASS" and ran["drift.files"] == "SKIP"
     assert on("node1", f"test -s {folder}/ncclprep-reports/latest/report.html && "
                        f"test -s {folder}/ncclprep-reports/latest/junit.xml").returncode == 0
+    STATE["srun_checks"] = ran
+
+
+def test_the_preflight_started_on_every_node_from_a_member_list_gives_the_srun_runs_checks(cluster):
+    """Issue 42 item 1: the same engine without Slurm, as pdsh or a Kubernetes indexed Job starts it:
+    ``ncclprep node preflight --members FILE`` on every node at once (podman exec here), each node's
+    rank its place in the list, one on the rank Kubernetes would give. node1 writes the reports with
+    the srun run's checks and statuses, the launch recorded as ``members``; every node exits 0."""
+    assert STATE.get("provisioned"), "needs the provisioned cluster of the first test"
+    folder = "/tmp/ncclprep-members"
+    members = "".join(f"{n}\n" for n in NODES)
+    token = secrets.token_hex(16)  # the run's secret, the same on every node, as srun hands it on
+    for node in NODES:
+        made = on(node, f"rm -rf {folder} && mkdir -p {folder} && cat > {folder}/members", input=members)
+        assert made.returncode == 0, made.stderr
+
+    def start(node):
+        rank = f"JOB_COMPLETION_INDEX={NODES.index(node)} " if node == "node3" else ""
+        return node, on(node, f"cd {folder} && {rank}NCCLPREP_PREFLIGHT_TOKEN={token} "
+                              f"NCCLPREP_RUN_ID=it-members timeout 300 ncclprep node preflight --members members "
+                              f"--report-dir {folder}/reports", timeout=320)
+
+    begin = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(NODES)) as pool:
+        runs = dict(pool.map(start, NODES))
+    record("node preflight --members, 3 nodes at once", time.monotonic() - begin)
+    shown = "\n".join(f"{n}: {r.returncode}\n{r.stdout[-1500:]}{r.stderr[-1500:]}" for n, r in runs.items())
+    assert {n: r.returncode for n, r in runs.items()} == {n: 0 for n in NODES}, shown
+    assert f"preflight PASS on 3 nodes, report {folder}/reports/" in runs["node1"].stdout, shown
+    cluster_json = json.loads(on("node1", f"cat {folder}/reports/latest/cluster.json").stdout)
+    assert cluster_json["launch"] == {"launcher": "members", "run_id": "it-members", "nodes": NODES}
+    ran = {c["id"]: c["status"] for c in cluster_json["checks"]}
+    assert ran["torchrun.smoke"] == "PASS" and ran["collective.all_reduce"] == "PASS" and ran["net.latency"] == "PASS"
+    if "srun_checks" in STATE:  # the srun run's checks, statuses alike (both measured the same healthy nodes)
+        assert ran == STATE["srun_checks"]
 
 
 def epilog_line(node: str, job_id: str, seconds: float = 120) -> str:

@@ -5,6 +5,9 @@ exit codes. The run itself across nodes is tested on the local Slurm cluster
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from ansible.module_utils.ncclprep import jobpreflight, nodecheck
 from ansible.module_utils.ncclprep.jobpreflight import (
@@ -14,12 +17,15 @@ from ansible.module_utils.ncclprep.jobpreflight import (
     EXIT_USAGE,
     Usage,
     job_from_env,
+    job_from_members,
     job_members,
     job_token,
     options,
+    read_members,
     verdict,
 )
 
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
 NODES = {"gpu[01-03]": ["gpu01", "gpu02", "gpu03"], "gpu[01,03]": ["gpu01", "gpu03"]}
 ENV = {"SLURM_JOB_ID": "4242", "SLURMD_NODENAME": "gpu02", "SLURM_JOB_NODELIST": "gpu[01-03]",
        "SLURM_NNODES": "3", "SLURM_NTASKS": "3"}
@@ -36,7 +42,7 @@ def check(cid, status, hosts=()):
 
 def test_the_rank_is_this_nodes_place_in_the_steps_node_list():
     assert job_from_env(ENV, expand) == {"job_id": "4242", "nodes": ["gpu01", "gpu02", "gpu03"], "rank": 1,
-                                         "node": "gpu02"}
+                                         "node": "gpu02", "launcher": "slurm"}
     # a step on part of the job's nodes: the step's list and counts win over the job's
     step = dict(ENV, SLURMD_NODENAME="gpu03", SLURM_STEP_NODELIST="gpu[01,03]", SLURM_STEP_NUM_NODES="2",
                 SLURM_STEP_NUM_TASKS="2")
@@ -109,6 +115,66 @@ def test_the_vetted_nodes_are_those_no_failed_check_names_and_need_decides_the_e
     assert verdict([check("versions.torch", "FAIL")], hosts, 1)["vetted"] == []
     assert verdict([check("net.latency", "PASS")], hosts, None) == {
         "status": "PASS", "code": EXIT_PASS, "vetted": hosts, "excluded": [], "need": None}
+
+
+def test_a_member_list_reads_one_name_a_line_and_refuses_an_empty_one_or_a_name_twice(tmp_path):
+    """--members FILE: names in rank order; blank lines and comments skipped; an MPI hostfile's
+    ``slots=`` ignored. Unreadable, empty or with a name twice: Usage naming the file."""
+    listed = tmp_path / "members"
+    listed.write_text("# the job's nodes\nnode2 slots=8\n\n  node1  # the first\nnode3\n")
+    assert read_members(str(listed)) == ["node2", "node1", "node3"]
+    listed.write_text("node1\nnode2\nnode1\n")
+    with pytest.raises(Usage, match=f"--members {listed}: node1 listed twice"):
+        read_members(str(listed))
+    listed.write_text("# nobody\n\n")
+    with pytest.raises(Usage, match=f"--members {listed}: no member named"):
+        read_members(str(listed))
+    with pytest.raises(Usage, match=f"--members {tmp_path / 'absent'}: .*No such file"):
+        read_members(str(tmp_path / "absent"))
+
+
+def test_a_member_lists_rank_is_the_launchers_else_this_nodes_place_and_never_another_nodes():
+    nodes = ["node1", "node2.cluster", "node3"]
+    mine = job_from_members(nodes, "node2", None, None)
+    assert mine == {"job_id": mine["job_id"], "nodes": nodes, "rank": 1, "node": "node2.cluster",
+                    "launcher": "members"}
+    # every node draws the same id from the same list, another list another id; a given id wins
+    assert job_from_members(nodes, "node3", None, None)["job_id"] == mine["job_id"]
+    assert job_from_members(nodes[:2], "node1", None, None)["job_id"] != mine["job_id"]
+    assert job_from_members(nodes, "node3", "2", "val-7")["job_id"] == "val-7"
+    assert job_from_members(nodes, "node3", 2, None)["rank"] == 2
+    with pytest.raises(Usage, match=r"rank 1 is node2.cluster in the member list, but this node is node3"):
+        job_from_members(nodes, "node3", "1", None)
+    with pytest.raises(Usage, match=r"rank 3: valid: 0..2 \(the member list names 3\)"):
+        job_from_members(nodes, "node3", "3", None)
+    with pytest.raises(Usage, match=r"rank 'two': valid: an integer 0..2"):
+        job_from_members(nodes, "node3", "two", None)
+    with pytest.raises(Usage, match=r"this node, node9, is not in the member list \(node1, node2.cluster, node3\)"):
+        job_from_members(nodes, "node9", None, None)
+
+
+def test_a_member_launch_takes_its_list_and_rank_from_the_environment_too(tmp_path, capsys, monkeypatch):
+    """NCCLPREP_MEMBERS and NCCLPREP_RANK (or a Kubernetes indexed Job's JOB_COMPLETION_INDEX) stand
+    for --members and --rank; Slurm's environment is not read then. The list is checked before the
+    intent, the rank against the intent's host."""
+    listed = tmp_path / "members"
+    listed.write_text("gpu01\ngpu02\n")
+    intent = tmp_path / "intent.json"
+    intent.write_text(json.dumps({"version": nodecheck.INTENT_VERSION, "host": "gpu02", "node": {}, "readers": {},
+                                  "intent": {}}))
+    seen = []
+    monkeypatch.setattr(jobpreflight, "run", lambda doc, job, opts, env: seen.append((job, opts.hostfile)) or 0)
+    env = dict(ENV, NCCLPREP_MEMBERS=str(listed), JOB_COMPLETION_INDEX="1", SLURM_JOB_ID="9")
+    assert jobpreflight.main(["--intent", str(intent)], env=env) == EXIT_PASS
+    [(job, hostfile)] = seen
+    assert job["launcher"] == "members" and job["nodes"] == ["gpu01", "gpu02"] and job["rank"] == 1
+    assert hostfile == f"./ncclprep-hosts.{job['job_id']}"
+    env = dict(env, NCCLPREP_RANK="0")  # ours before Kubernetes': rank 0 is gpu01, not this node
+    assert jobpreflight.main(["--intent", str(intent)], env=env) == EXIT_USAGE
+    assert "gpu02: rank 0 is gpu01 in the member list, but this node is gpu02" in capsys.readouterr().err
+    listed.write_text("gpu01\ngpu01\n")
+    assert jobpreflight.main(["--members", str(listed), "--intent", str(tmp_path / "absent")], env={}) == EXIT_USAGE
+    assert "gpu01 listed twice" in capsys.readouterr().err
 
 
 def test_bad_usage_exits_2_and_a_missing_intent_exits_3(tmp_path, capsys, monkeypatch):
@@ -205,11 +271,50 @@ def one_node_run(tmp_path, monkeypatch, env, **opts):
                     smoke={"enabled": True, "steps": 2, "accumulation": 1, "timeout": 60})
     options_ = argparse.Namespace(**{"need": None, "report_dir": str(tmp_path / "reports"), "json": False,
                                      "hostfile": str(tmp_path / "hosts"), **opts})
-    job = {"job_id": "7", "nodes": ["gpu01"], "rank": 0, "node": "gpu01"}
+    job = {"job_id": "7", "nodes": ["gpu01"], "rank": 0, "node": "gpu01", "launcher": opts.pop("launcher", "slurm")}
+    options_ = argparse.Namespace(**{k: v for k, v in vars(options_).items() if k != "launcher"})
     code = jobpreflight.run({"job": settings, "intent": {}}, job, options_, env)
     written = tmp_path / "reports" / "latest" / "cluster.json"
     checks = json.loads(written.read_text())["checks"] if written.exists() else []
     return code, calls, {c["id"]: c for c in checks}
+
+
+def test_the_runs_report_follows_the_schema_and_says_which_launcher_started_it(tmp_path, monkeypatch):
+    """cluster.json of ``ncclprep node preflight`` against docs/report-schema.json: the srun path
+    wrote a ``slurm`` key the schema does not allow; both launchers now write ``launch``. A run
+    from a member list leaves no claim for Slurm's Epilog."""
+    import jsonschema
+
+    with open(os.path.join(DOCS, "report-schema.json"), encoding="utf-8") as fh:
+        schema = json.load(fh)
+    claims = []
+    monkeypatch.setattr(jobpreflight, "_leave_claim", lambda *a: claims.append(a))
+    for launcher in ("slurm", "members"):
+        assert one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s3cret"}, launcher=launcher)[0] == 0
+        cluster = json.loads((tmp_path / "reports" / "latest" / "cluster.json").read_text())
+        jsonschema.validate(cluster, schema)
+        assert cluster["launch"] == {"launcher": launcher, "run_id": "7", "nodes": ["gpu01"]}
+    assert [a[0] for a in claims] == ["7"]  # the Slurm run's only
+
+
+def test_a_node_given_another_run_id_is_told_so_and_left_out(tmp_path, monkeypatch, capsys):
+    """Three nodes started with a run id each (seen on the local cluster: ``$RANDOM`` expanded on each
+    node): their probes and the smoke job's rendezvous ran apart, the smoke job FAILed after its
+    60 s deadline with a C++ frame for a message. Each node posts its run id and member list with
+    its GPU count; one that differs from the first node's exits 2 saying why."""
+    import argparse
+
+    posted = {0: "0 r1/" + jobpreflight.run_key({"job_id": "x", "nodes": ["gpu01", "gpu02"]}).split("/")[1],
+              1: "0 r2/ab"}
+    monkeypatch.setattr(jobpreflight, "open_signed_store", lambda *a: (DictStore(), None))
+    monkeypatch.setattr(jobpreflight, "rendezvous", lambda *a, **k: dict(posted))
+    settings = dict(SETTINGS, members={"gpu01": "10.0.0.1", "gpu02": "10.0.0.2"})
+    job = {"job_id": "r2", "nodes": ["gpu01", "gpu02"], "rank": 1, "node": "gpu02", "launcher": "members"}
+    opts = argparse.Namespace(need=None, report_dir=str(tmp_path), json=False, hostfile=str(tmp_path / "h"))
+    assert jobpreflight.run({"job": settings, "intent": {}}, job, opts, {}) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "gpu02: this node was given another run than gpu01" in err
+    assert "every node must be given the same --members and --run-id" in err
 
 
 def test_the_hostfile_replaces_a_planted_link_and_writes_nothing_through_it(tmp_path, monkeypatch):
