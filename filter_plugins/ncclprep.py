@@ -39,8 +39,9 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
 )
 from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
 from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
-from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error, normalize  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import keys_to_set, parse_trial, proc_path  # noqa: E402
+from ansible.module_utils.ncclprep.parsers.sysctl import normalize  # noqa: E402
 # isort: on
 
 

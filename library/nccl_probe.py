@@ -183,12 +183,13 @@ probe:
 import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.ncclprep.collectives import SUPPORTED, host_collectives, rank_layout
+from ansible.module_utils.ncclprep.collectives import SUPPORTED, rank_layout
 from ansible.module_utils.ncclprep.envfile import read_env_file
 from ansible.module_utils.ncclprep.netprobe import ARGUMENT_SPEC as NET_SPEC
 from ansible.module_utils.ncclprep.netprobe import bad_input as net_bad_input
 from ansible.module_utils.ncclprep.netprobe import probe as net_probe
 from ansible.module_utils.ncclprep.netprobe import torch_missing as net_torch_missing
+from ansible.module_utils.ncclprep.probes.job import host_collectives
 
 try:
     import torch  # noqa: F401  (the collectives import it: tell its absence early)

@@ -23,7 +23,6 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from ansible.module_utils.ncclprep.concerns.sysctl_tuning import diagnose_sysctl, parse_sysctl_a
 from ansible.module_utils.ncclprep.parsers import SEVERITIES, finding
 from ansible.module_utils.ncclprep.parsers.ethtool import diagnose_ethtool, parse_ethtool, parse_ethtool_driver
 from ansible.module_utils.ncclprep.parsers.ibstat import (
@@ -35,10 +34,10 @@ from ansible.module_utils.ncclprep.parsers.ibstat import (
 )
 from ansible.module_utils.ncclprep.parsers.ibv_devinfo import diagnose_ibv_devinfo, parse_ibv_devinfo
 from ansible.module_utils.ncclprep.parsers.ifconfig import parse_ifconfig
-from ansible.module_utils.ncclprep.parsers.ip_link import diagnose_ip_link, parse_ip_link
+from ansible.module_utils.ncclprep.parsers.ip_link import VIRTUAL_IFACE_PREFIXES, diagnose_ip_link, parse_ip_link
+from ansible.module_utils.ncclprep.parsers.nccl_errors import DEBUG_CLASS
 from ansible.module_utils.ncclprep.parsers.nccl_errors import RULES as NCCL_ERROR_RULES
 from ansible.module_utils.ncclprep.parsers.nccl_log import (
-    VIRTUAL_IFACE_PREFIXES,
     _ranges,
     diagnose_nccl_log,
     diagnose_nccl_ranks,
@@ -49,6 +48,7 @@ from ansible.module_utils.ncclprep.parsers.nccl_log import (
 from ansible.module_utils.ncclprep.parsers.nccl_tests import busbw_values, diagnose_nccl_tests, parse_nccl_tests
 from ansible.module_utils.ncclprep.parsers.netplan import diagnose_netplan, parse_netplan
 from ansible.module_utils.ncclprep.parsers.numa_lscpu import diagnose_numa, parse_lscpu, parse_numactl_hardware
+from ansible.module_utils.ncclprep.parsers.sysctl import diagnose_sysctl, parse_sysctl_a
 from ansible.module_utils.ncclprep.parsers.topo import diagnose_topo, diagnose_topo_p2p, parse_topo, parse_topo_p2p
 from ansible.module_utils.ncclprep.parsers.torch_dist import diagnose_torch_dist, parse_torch_dist
 from ansible.module_utils.ncclprep.parsers.torch_watchdog import watchdog_census
@@ -365,8 +365,6 @@ def _evidence(kind: str, f: dict, lines: list[str]) -> list[str]:
             out = _union(out, _grep(lines, regex=re.compile(r"NET/IB : No device found|Using network Socket"), limit=2))
         return out
     if fid == "nccl.debug_class":
-        from ansible.module_utils.ncclprep.concerns.nccl_env import DEBUG_CLASS
-
         forced = re.compile(r"\b(?:" + "|".join(DEBUG_CLASS) + r") set (?:by environment )?to ")
         return _grep(lines, " to ", regex=forced)
     if fid == "nccl.transports":

@@ -27,7 +27,7 @@ and validate.yml's preflight_* settings, so both measure and judge alike). Each 
 2. reads its node as ``ncclprep node check`` does (facts against the intent; the names it resolves
    and connects to narrowed to the job's nodes);
 3. runs the network probe (netprobe.probe), the collectives and their blame
-   (collectives.host_collectives), then the template training job through the launcher on exactly
+   (probes/job.py host_collectives), then the template training job through the launcher on exactly
    the job's nodes (ddp_smoke.run_job with NCCLPREP_HOSTFILE), each under its own deadline;
 4. posts its record (model.HostRecord) to the store.
 
@@ -47,7 +47,7 @@ the training smoke job is not run (torchrun.smoke SKIP, SMOKE_UNSEALED): the sec
 rendezvous guard's nonce, and a public one would let anyone prove a squatted rendezvous port.
 
 It runs as the job's user: what it finds is that user's claim. It never drains a node: when a
-network check failed under Slurm, every task leaves the claim on its node (retest.write_claim) and
+network check failed under Slurm, every task leaves the claim on its node (claims.write_claim) and
 the job's Epilogs re-test the network as root (retest.py); only what root measured reaches Slurm.
 A run from a member list leaves no claim (no Slurm job, no Epilog to read it).
 
@@ -79,6 +79,7 @@ from collections.abc import Callable, Mapping
 from ansible.module_utils.ncclprep import nodecheck
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
+from ansible.module_utils.ncclprep.claims import CLAIMS_DIR, claim_of, write_claim
 from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
 
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
@@ -397,7 +398,8 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         say(f"{me}: the network probe (deadline {o['net']['timeout']} s)")
         record["net"] = net_probe(o["net"], torch_error)
     if settings["probe"]["enabled"]:
-        from ansible.module_utils.ncclprep.collectives import host_collectives, rank_layout
+        from ansible.module_utils.ncclprep.collectives import rank_layout
+        from ansible.module_utils.ncclprep.probes.job import host_collectives
 
         say(f"{me}: the collectives (deadline {o['probe']['timeout']} s)")
         record["probe"] = host_collectives(o["probe"], me, rank_layout(local_ranks, world), torch_error)
@@ -436,10 +438,8 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
 
 
 def _leave_claim(job_id: str, claim: dict | None, me: str) -> None:
-    """This node's copy of the job's claim for its Epilog (retest.write_claim), said when left or
+    """This node's copy of the job's claim for its Epilog (claims.write_claim), said when left or
     when it could not be (no folder of the job's: slurm.conf's Prolog makes it)."""
-    from ansible.module_utils.ncclprep.retest import CLAIMS_DIR, write_claim
-
     if claim and write_claim(job_id, claim):
         say(f"{me}: claimed {', '.join(claim['checks'])} for root's re-test in the Epilog")
     elif claim:
@@ -502,8 +502,6 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
             except OSError as exc:
                 result["code"] = EXIT_COULD_NOT_RUN
                 line += f"; cannot write the hostfile {opts.hostfile}: {exc}"
-    from ansible.module_utils.ncclprep.retest import claim_of
-
     claim = claim_of(checks)
     store.set("verdict", json.dumps({"code": result["code"], "line": line, "claim": claim}))
     if job["launcher"] == "slurm":

@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from ansible.module_utils.ncclprep.parsers.torch_dist import diagnose_torch_dist, parse_torch_dist
-
 STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "HANG")
 BAD = ("FAIL", "HANG")
 
@@ -222,22 +220,6 @@ def facts_of(record: Mapping[str, Any] | None) -> dict:
 def intent_of(record: Mapping[str, Any] | None, concern: str) -> Any:
     """A record's intent for ``concern`` (a concern name of concerns.CONCERNS), None when absent."""
     return ((record or {}).get("intent") or {}).get(concern)
-
-
-def explain(text: str | None, host: str) -> dict | None:
-    """The doctor's first FAIL finding (else WARN) in an error or a job's log text, as
-    ``{message, remediation, evidence, ...}``: the same reading as ``ncclprep doctor`` (a torch
-    error, the NCCL watchdog, an NCCL error with a known cause, ...); a torch.distributed reading
-    (parsers/torch_dist.py) when the text is of no kind the doctor knows; None when nothing is found."""
-    from ansible.module_utils.ncclprep.doctor import diagnose_text
-
-    if not text or not text.strip():
-        return None
-    result = diagnose_text(text, "job output", host)
-    findings = [f for sev in ("FAIL", "WARN") for f in result["findings"] if f["severity"] == sev]
-    if not findings and result["kind"] is None:
-        findings = diagnose_torch_dist(parse_torch_dist(text), host=host)
-    return findings[0] if findings else None
 
 
 def majority(values: Mapping[str, Any]) -> Any:

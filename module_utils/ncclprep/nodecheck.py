@@ -139,41 +139,11 @@ def reexec_under_torch(args: list[str], env: dict[str, str] | None = None) -> No
         os.execv(python, [python, "-I", os.path.abspath(sys.argv[0]), *args])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``ncclprep node check [--json] [--only CONCERN...]``: the exit code (module docstring);
-    ``ncclprep node health ...`` goes to nodehealth.main (Slurm's HealthCheckProgram)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:2] in (["node", "health"], ["node", "prolog"]):  # Slurm's HealthCheckProgram and Prolog
-        from ansible.module_utils.ncclprep.nodehealth import main as slurm_main
-
-        return slurm_main(args[2:], args[1])
-    if args[:2] == ["report", "--history"]:  # the ledger of this node's verdicts
-        from ansible.module_utils.ncclprep.nodehealth import history_main
-
-        return history_main(args[2:])
-    if args[:2] in (["node", "epilog"], ["node", "retest"]):  # root's network re-test (Slurm's Epilog)
-        if args[1] == "retest":
-            reexec_under_torch(args)
-        from ansible.module_utils.ncclprep.retest import main as retest_main
-
-        return retest_main(args[2:], args[1])
-    if args[:2] == ["node", "preflight"]:  # a Slurm job's preflight, one task per node
-        reexec_under_torch(args)
-        from ansible.module_utils.ncclprep.jobpreflight import main as job_main
-
-        return job_main(args[2:])
-    if args[:2] != ["node", "check"]:
-        print("usage: ncclprep node check [--json] [--only CONCERN ...] [--intent PATH] [--record PATH]\n"
-              "       ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)\n"
-              "       ncclprep node prolog [--dry-run] [--max-age S] (ncclprep node prolog -h)\n"
-              "       srun --ntasks-per-node=1 ncclprep node preflight [--need K] (ncclprep node preflight -h)\n"
-              "       ncclprep node preflight --members FILE [--rank N] [--run-id ID] (on every member at once)\n"
-              "       ncclprep node epilog (Slurm's Epilog) | ncclprep node retest --id ID --nodes A,B (-h)\n"
-              "       ncclprep report --history [--json]",
-              file=sys.stderr)
-        return EXIT_USAGE
+def main(argv: list[str]) -> int:
+    """``ncclprep node check [--json] [--only CONCERN...]`` (``argv``: what follows ``node check``;
+    cli.main routes it here): the exit code (module docstring)."""
     try:
-        opts = parser().parse_args(args[2:])
+        opts = parser().parse_args(argv)
     except SystemExit as exc:
         return EXIT_PASS if exc.code == 0 else EXIT_USAGE
     only = tuple(opts.only) if opts.only else None
@@ -201,7 +171,3 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render_text(doc["host"], rows))
     return EXIT_FAILED if failed else EXIT_PASS
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -55,10 +55,10 @@ import time
 from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import held_lock, write_atomic
 from ansible.module_utils.ncclprep.checks import BAD
+from ansible.module_utils.ncclprep.claims import CLAIMS_DIR, prolog_claims
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
 from ansible.module_utils.ncclprep.hostinfo import Runner, subprocess_runner
 from ansible.module_utils.ncclprep.nodecheck import INTENT_FILE, RECORD_FILE
-from ansible.module_utils.ncclprep.retest import CLAIMS_DIR, prolog_claims
 
 LEDGER_FILE = "/var/lib/ncclprep/health-ledger.json"
 #: Node check verdicts kept in the ledger (its oldest go first; network verdicts and events are

@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return doctor_main(argv[1:])
     if argv and argv[0] == "node":
-        from ansible.module_utils.ncclprep.nodecheck import main as node_main
+        from ansible.module_utils.ncclprep.cli import main as node_main
 
         return node_main(argv)
     parser = build_parser()

@@ -517,7 +517,7 @@ def test_a_claim_forged_from_a_users_job_drains_no_node(cluster):
                  "/var/log/ncclprep-epilog.log")
     forge = ("import os, sys\n"
              "sys.path.insert(0, '/opt/ncclprep/lib/ncclprep-core.zip')\n"
-             "from ansible.module_utils.ncclprep.retest import write_claim\n"
+             "from ansible.module_utils.ncclprep.claims import write_claim\n"
              "job = os.environ['SLURM_JOB_ID']\n"
              "print(job, write_claim(job, {'checks': ['net.bandwidth'], 'hosts': ['node3']}))\n")
     for node in ("node2", "node3"):

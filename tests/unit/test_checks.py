@@ -8,7 +8,7 @@ import yaml
 from ansible.module_utils.ncclprep import checks as checks_pkg
 from ansible.module_utils.ncclprep import concerns
 from ansible.module_utils.ncclprep.checks import evaluate, make_check, overall, verdict
-from ansible.module_utils.ncclprep.concerns.sysctl_tuning import parse_sysctl_a
+from ansible.module_utils.ncclprep.parsers.sysctl import parse_sysctl_a
 
 import ncclprep
 

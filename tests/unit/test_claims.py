@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.ncclprep import nodehealth, retest
-from ansible.module_utils.ncclprep.retest import claim_path, take_claim, write_claim
+from ansible.module_utils.ncclprep import claims, nodehealth, retest
+from ansible.module_utils.ncclprep.claims import claim_path, take_claim, write_claim
 
 CLAIM = {"checks": ["net.bandwidth"], "hosts": ["n3"]}
 #: Another user (the squatter) and the job's user, when the tests run as root.
@@ -202,12 +202,12 @@ def test_a_claim_that_grows_after_the_look_is_read_no_further_than_the_bound(tmp
     real_read = os.read
     monkeypatch.setattr(os, "read", lambda fd, n: read.append(n) or real_read(fd, n))
     answer, took = _take_within("62", folder, 1.0, path)
-    assert answer == (None, f"{path} holds more than {retest.CLAIM_MAX_BYTES} bytes: ignored")
-    assert took < 1.0 and sum(read) <= retest.CLAIM_MAX_BYTES + 1 + 8192
+    assert answer == (None, f"{path} holds more than {claims.CLAIM_MAX_BYTES} bytes: ignored")
+    assert took < 1.0 and sum(read) <= claims.CLAIM_MAX_BYTES + 1 + 8192
     # an oversized claim plainly seen
     path = _claim_file(folder, "63")
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(dict(CLAIM, job_id="63")) + " " * retest.CLAIM_MAX_BYTES)
+        fh.write(json.dumps(dict(CLAIM, job_id="63")) + " " * claims.CLAIM_MAX_BYTES)
     assert take_claim("63", os.getuid(), folder)[0] is None
     # small, but nested past the JSON parser's depth: refused, not a crash
     path = _claim_file(folder, "64")
@@ -238,7 +238,7 @@ def test_the_epilog_removes_the_jobs_folder_whole_and_follows_no_link(tmp_path, 
     (outside / "keep" / "file").write_text("x")
     folder.mkdir()
     for job, claim in (("81", {"not": "a claim"}), ("82", dict(CLAIM, job_id="82"))):
-        assert retest.open_claims(job, os.getuid(), folder=str(folder)) is None
+        assert claims.open_claims(job, os.getuid(), folder=str(folder)) is None
         with open(claim_path(job, str(folder)), "w", encoding="utf-8") as fh:
             json.dump(claim, fh)
         deep = folder / job / "a" / "b"

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.ncclprep import jobpreflight, nodecheck
+from ansible.module_utils.ncclprep import cli, jobpreflight, nodecheck
 from ansible.module_utils.ncclprep.jobpreflight import (
     EXIT_COULD_NOT_RUN,
     EXIT_FAILED,
@@ -197,9 +197,9 @@ def test_bad_usage_exits_2_and_a_missing_intent_exits_3(tmp_path, capsys, monkey
 def test_the_node_command_hands_node_preflight_to_the_jobs_preflight(capsys, monkeypatch):
     for key in ("SLURM_JOB_ID", "SLURMD_NODENAME", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST"):
         monkeypatch.delenv(key, raising=False)
-    assert nodecheck.main(["node", "preflight"]) == EXIT_USAGE
+    assert cli.main(["node", "preflight"]) == EXIT_USAGE
     assert "ncclprep node preflight: " in capsys.readouterr().err
-    assert nodecheck.main(["node", "nonsense"]) == EXIT_USAGE
+    assert cli.main(["node", "nonsense"]) == EXIT_USAGE
     assert "ncclprep node preflight [--need K]" in capsys.readouterr().err
 
 
@@ -215,7 +215,7 @@ def test_the_command_says_why_it_cannot_run_without_the_reports_libraries(tmp_pa
     blocker.write_text("raise ImportError('no jinja2 here')\n")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = ("import sys, ncclprep; sys.argv = ['ncclprep', 'node', 'preflight', '--intent', sys.argv[1]];"
-            "from ansible.module_utils.ncclprep.nodecheck import main; sys.exit(main())")
+            "from ansible.module_utils.ncclprep.cli import main; sys.exit(main())")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.path.join(repo, "src")]),
                SLURM_JOB_ID="7", SLURMD_NODENAME="gpu01", SLURM_STEP_NODELIST="gpu01", NCCLPREP_REEXEC="1")
     env.pop("SLURM_JOB_NODELIST", None)

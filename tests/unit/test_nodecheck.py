@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from ansible.module_utils.ncclprep import nodecheck
+from ansible.module_utils.ncclprep import cli
 from ansible.module_utils.ncclprep.checks import NODE_MODULES, evaluate_node
 from ansible.module_utils.ncclprep.parsers.ss import parse_ss_listen
 from conftest import load_source
@@ -54,7 +54,7 @@ def intent(tmp_path, torch_version: str, **extra) -> str:
 
 def test_a_pinned_torch_that_is_here_passes_and_the_record_is_written(tmp_path, capsys):
     record = tmp_path / "state" / "node-check.json"
-    code = nodecheck.main(["node", "check", "--json", "--only", "torch_runtime", "nccl_env",
+    code = cli.main(["node", "check", "--json", "--only", "torch_runtime", "nccl_env",
                            "--intent", intent(tmp_path, torch.__version__), "--record", str(record)])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["status"] == "PASS"
@@ -67,7 +67,7 @@ def test_a_pinned_torch_that_is_here_passes_and_the_record_is_written(tmp_path, 
 
 
 def test_another_torch_fails_naming_the_host_and_exit_1(tmp_path, capsys):
-    code = nodecheck.main(["node", "check", "--only", "torch_runtime", "--record", "-",
+    code = cli.main(["node", "check", "--only", "torch_runtime", "--record", "-",
                            "--intent", intent(tmp_path, "2.0.0")])
     out = capsys.readouterr().out
     assert code == 1
@@ -85,22 +85,22 @@ def test_without_a_readable_intent_it_cannot_run_exit_3(tmp_path, capsys, conten
     path = tmp_path / "intent.json"
     if content is not None:
         path.write_text(content)
-    assert nodecheck.main(["node", "check", "--intent", str(path), "--record", "-"]) == 3
+    assert cli.main(["node", "check", "--intent", str(path), "--record", "-"]) == 3
     err = capsys.readouterr().err
     assert f"{path}" in err and says in err
 
 
 def test_a_reader_refusing_its_options_is_exit_3_naming_the_concern(tmp_path, capsys):
     path = intent(tmp_path, "2.0.0", readers={"nccl_env": {"bogus": 1}})
-    assert nodecheck.main(["node", "check", "--intent", path, "--record", "-", "--only", "nccl_env"]) == 3
+    assert cli.main(["node", "check", "--intent", path, "--record", "-", "--only", "nccl_env"]) == 3
     err = capsys.readouterr().err
     assert "nccl_env: nccl_env: unknown option(s) ['bogus']" in err
     assert err.rstrip().endswith(f"(from {path})")  # the --intent given, not the default path
 
 
 def test_usage_errors_are_exit_2(capsys):
-    assert nodecheck.main(["node", "check", "--only", "collectives"]) == 2
-    assert nodecheck.main(["node"]) == 2
+    assert cli.main(["node", "check", "--only", "collectives"]) == 2
+    assert cli.main(["node"]) == 2
     with pytest.raises(ValueError, match="versions: not a check of one node"):
         evaluate_node("h", {"facts": {"x": 1}}, ["versions"])
     assert "reachable" not in NODE_MODULES and "nccl_env" in NODE_MODULES
@@ -117,12 +117,12 @@ def test_the_core_zip_is_the_same_bytes_every_build_and_runs_without_ansible(tmp
     stamp = os.stat(dest).st_mtime_ns
     core.write(str(dest), second)
     assert os.stat(dest).st_mtime_ns == stamp  # unchanged bytes are not written again
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import ansible.module_utils.ncclprep.nodecheck as n; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import ansible.module_utils.ncclprep.cli as n; "
             "print(n.__file__); sys.exit(n.main(['node', 'check', '--intent', sys.argv[2], '--record', '-']))")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(dest), str(tmp_path / "none.json")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 3, out.stderr
-    assert out.stdout.strip() == f"{dest}/ansible/module_utils/ncclprep/nodecheck.py"
+    assert out.stdout.strip() == f"{dest}/ansible/module_utils/ncclprep/cli.py"
     assert "none.json does not exist" in out.stderr
 
 
@@ -151,7 +151,7 @@ def test_one_reading_gives_each_concern_and_refusals_name_the_role_variables(tmp
 def test_only_one_concern_still_reads_the_node_its_check_needs(tmp_path, capsys):
     """nccl_env.ifname judges the env file against the node's data-plane interface (node facts):
     `--only nccl_env` must read those too, or the row would judge without them."""
-    code = nodecheck.main(["node", "check", "--json", "--only", "nccl_env", "--record", "-",
+    code = cli.main(["node", "check", "--json", "--only", "nccl_env", "--record", "-",
                            "--intent", intent(tmp_path, "2.0.0")])
     out = json.loads(capsys.readouterr().out)
     assert code == 0

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from ansible.module_utils.ncclprep import nodecheck, nodehealth
+from ansible.module_utils.ncclprep import cli, nodehealth
 from ansible.module_utils.ncclprep.nodehealth import (
     health,
     prolog,
@@ -174,15 +174,15 @@ def test_a_stale_record_starts_one_background_check_at_a_time(tmp_path):
 
 def test_the_node_command_dispatches_health_and_its_usage_names_both(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
-    code = nodecheck.main(["node", "health", "--record", str(tmp_path / "none.json"), "--ledger",
+    code = cli.main(["node", "health", "--record", str(tmp_path / "none.json"), "--ledger",
                            str(tmp_path / "l.json"), "--no-refresh", "--node", "node7"])
     assert code == 3
     assert capsys.readouterr().out.strip() == (
         "ncclprep health node7: UNKNOWN (no node check has run here yet): neither drained nor resumed")
-    code = nodecheck.main(["node", "prolog", "--intent", str(tmp_path / "none.json"), "--record",
+    code = cli.main(["node", "prolog", "--intent", str(tmp_path / "none.json"), "--record",
                            str(tmp_path / "none.json"), "--node", "node7"])
     assert code == 0 and capsys.readouterr().out.startswith("ncclprep prolog node7: UNKNOWN (")
-    assert nodecheck.main(["node", "sideways"]) == 2
+    assert cli.main(["node", "sideways"]) == 2
     err = capsys.readouterr().err
     assert "ncclprep node health [--dry-run]" in err and "ncclprep node prolog [--dry-run]" in err
     assert nodehealth.main(["--max-age", "soon"]) == 2
@@ -244,7 +244,7 @@ def test_report_history_prints_the_ledger_and_the_strikes_that_count(tmp_path, c
     bw = {"id": "net.bandwidth", "status": "FAIL", "hosts": ["node2 -> node3"], "message": "slow"}
     for minutes, rows in ((3, [bw]), (2, [PASSING]), (1, [dict(bw, hosts=["node1 -> node2"])])):
         update_ledger(str(ledger), "node2", record_verdict(record(rows, minutes), 900, NOW))
-    assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 0
+    assert cli.main(["report", "--history", "--ledger", str(ledger)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 5 and lines[0].split() == ["at", "scope", "verdict", "network", "partners", "checks",
                                                     "action:", "rule"]
@@ -252,10 +252,10 @@ def test_report_history_prints_the_ledger_and_the_strikes_that_count(tmp_path, c
     assert lines[2].split()[1:] == ["node", "PASS", "no", "-", "-", "-:", "-"]
     assert lines[3].split()[1:] == ["node", "FAIL", "yes", "node1", "net.bandwidth", "-:", "-"]
     assert lines[4].startswith("node2: 3 entries; network strikes now ")
-    assert nodecheck.main(["report", "--history", "--ledger", str(tmp_path / "none")]) == 0
+    assert cli.main(["report", "--history", "--ledger", str(tmp_path / "none")]) == 0
     assert "no verdicts in the ledger yet" in capsys.readouterr().out
     ledger.write_text("{not json")
-    assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 3
+    assert cli.main(["report", "--history", "--ledger", str(ledger)]) == 3
     assert f"cannot read {ledger}" in capsys.readouterr().out
 
 
@@ -379,7 +379,7 @@ def test_the_hooks_refuse_nan_seconds_and_the_history_skips_an_entry_of_another_
     assert nodehealth.main(["--max-drained", "0"]) == 2
     ledger = tmp_path / "ledger.json"
     ledger.write_text('[{"checks": [1]}, {"at": "2026-12-05T18:00:00+00:00", "run": "r", "status": "PASS"}]')
-    assert nodecheck.main(["report", "--history", "--ledger", str(ledger)]) == 0
+    assert cli.main(["report", "--history", "--ledger", str(ledger)]) == 0
     assert "1 entry" in capsys.readouterr().out
 
 

@@ -17,16 +17,9 @@ import pytest
 # Spawned nodes do not run conftest: import ncclprep first so module_utils is importable.
 # isort: off
 import ncclprep  # noqa: F401
-from ansible.module_utils.ncclprep import nodecheck, retest
-from ansible.module_utils.ncclprep.retest import (
-    claim_of,
-    claim_path,
-    due,
-    retest_key,
-    take_claim,
-    verdict_of,
-    write_claim,
-)
+from ansible.module_utils.ncclprep import claims, cli, nodecheck, retest
+from ansible.module_utils.ncclprep.claims import claim_of, claim_path, take_claim, write_claim
+from ansible.module_utils.ncclprep.retest import due, retest_key, verdict_of
 
 BANDWIDTH = {"id": "net.bandwidth", "status": "FAIL", "hosts": ["n3"], "measured": {"n3": 0.02},
              "expected": ">= 0.5 of the median", "message": "n3 sends slowly"}
@@ -53,7 +46,7 @@ def test_the_epilog_believes_only_the_jobs_users_own_regular_small_claim_and_rem
     uid = os.getuid()
     claim = {"checks": ["net.bandwidth"], "hosts": ["n3"]}
     for job in ("7", "8", "9", "10", "11", "12"):
-        assert retest.open_claims(job, uid, folder=folder) is None  # the Prolog's part
+        assert claims.open_claims(job, uid, folder=folder) is None  # the Prolog's part
     path = write_claim("7", claim, folder)
     assert path == f"{folder}/7/claim.json" and oct(os.stat(path).st_mode & 0o777) == "0o600"
     got, why = take_claim("7", uid, folder)
@@ -71,8 +64,8 @@ def test_the_epilog_believes_only_the_jobs_users_own_regular_small_claim_and_rem
     os.rename(f"{folder}/10/claim.json", f"{folder}/11/claim.json")  # another job's claim under this job's name
     assert take_claim("11", uid, folder) == (None, f"{folder}/11/claim.json is not a claim of job 11: ignored")
     with open(f"{folder}/12/claim.json", "w") as fh:
-        fh.write(json.dumps(dict(claim, job_id="12")) + " " * retest.CLAIM_MAX_BYTES)
-    assert take_claim("12", uid, folder)[1].endswith(f"bytes (at most {retest.CLAIM_MAX_BYTES}): ignored")
+        fh.write(json.dumps(dict(claim, job_id="12")) + " " * claims.CLAIM_MAX_BYTES)
+    assert take_claim("12", uid, folder)[1].endswith(f"bytes (at most {claims.CLAIM_MAX_BYTES}): ignored")
     assert take_claim("10", uid, folder) == (None, "no claim")
     assert os.listdir(folder) == []
 
@@ -200,7 +193,7 @@ def test_the_epilog_without_slurms_variables_or_a_claim_does_nothing_and_exits_0
     assert retest.main(["--id", "a/b", "--nodes", "n1,n2", "--node", "n1"], "retest", {}) == 2
     assert "--id='a/b'" in capsys.readouterr().err
     assert retest.main(["--id", "x", "--nodes", "n2,n3", "--node", "n1"], "retest", {}) == 2
-    assert nodecheck.main(["node", "retest", "--id", "x", "--nodes", "n1", "--node", "n1"]) == 2
+    assert cli.main(["node", "retest", "--id", "x", "--nodes", "n1", "--node", "n1"]) == 2
     assert "two or more distinct Slurm names" in capsys.readouterr().err
 
 
@@ -241,7 +234,7 @@ def _epilogs(tmp_path, ctx, min_interval: float, with_claim: dict) -> dict:
     queue, procs = ctx.Queue(), []
     for host in HOSTS:
         base = tmp_path / host
-        assert retest.open_claims("77", os.getuid(), folder=str(base / "claims")) is None  # the Prolog's part
+        assert claims.open_claims("77", os.getuid(), folder=str(base / "claims")) is None  # the Prolog's part
         if with_claim[host]:
             write_claim("77", {"checks": ["net.bandwidth"], "hosts": ["n3"]}, str(base / "claims"))
         args = ["--claims", str(base / "claims"), "--intent", str(tmp_path / "intent.json"),
@@ -366,12 +359,12 @@ def test_the_taken_variable_alone_skips_no_claim_check_and_a_run_that_cannot_sta
     assert retest.main(args, "epilog", env) == 0
     assert capsys.readouterr().out.strip() == "ncclprep epilog n1: job 42: no claim: nothing to re-test"
     # a hand-over in a folder others may write is not believed either
-    retest.hand_over("42", "job 42 claims net.bandwidth", str(tmp_path / "taken"))
-    assert retest.taken_over("42", str(tmp_path / "taken")) == "job 42 claims net.bandwidth"
-    assert retest.taken_over("42", str(tmp_path / "taken")) is None  # read once
-    retest.hand_over("42", "x", str(tmp_path / "taken"))
+    claims.hand_over("42", "job 42 claims net.bandwidth", str(tmp_path / "taken"))
+    assert claims.taken_over("42", str(tmp_path / "taken")) == "job 42 claims net.bandwidth"
+    assert claims.taken_over("42", str(tmp_path / "taken")) is None  # read once
+    claims.hand_over("42", "x", str(tmp_path / "taken"))
     os.chmod(tmp_path / "taken", 0o777)
-    assert retest.taken_over("42", str(tmp_path / "taken")) is None
+    assert claims.taken_over("42", str(tmp_path / "taken")) is None
     # N13: no job settings in the intent: UNKNOWN, exit 3, no stamp, and the path named is --intent's
     (tmp_path / "intent.json").write_text(json.dumps({"version": nodecheck.INTENT_VERSION, "host": "n1", "node": {},
                                                       "readers": {}, "intent": {}}))
@@ -385,7 +378,7 @@ def test_the_taken_variable_alone_skips_no_claim_check_and_a_run_that_cannot_sta
 def test_a_claim_of_no_network_check_or_with_control_characters_starts_nothing(tmp_path):
     """A break-it review: a claim naming only sysctl.x, or ids carrying a newline, was believed and
     its text written to root's Epilog log as it was."""
-    from ansible.module_utils.ncclprep.retest import prolog_claims
+    from ansible.module_utils.ncclprep.claims import prolog_claims
 
     folder = tmp_path / "claims"
     folder.mkdir(mode=0o755)

@@ -4,12 +4,11 @@ import pytest
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import (
     kernel_error,
     keys_to_set,
-    normalize,
-    parse_sysctl_a,
     parse_trial,
     proc_path,
     read_live,
 )
+from ansible.module_utils.ncclprep.parsers.sysctl import normalize, parse_sysctl_a
 
 
 def test_untuned_host_case_reads_correct_values(case):

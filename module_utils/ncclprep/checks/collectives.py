@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from ansible.module_utils.ncclprep.checks.explain import explain
 from ansible.module_utils.ncclprep.collectives import summarize_collectives
 from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
     HostRecord,
-    explain,
     majority,
     make_check,
     verdict,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, explain, make_check
+from ansible.module_utils.ncclprep.checks.explain import explain
+from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, make_check
 
 
 def check_smoke(records: dict[str, HostRecord], ctx: Context) -> list[Check]:

@@ -19,6 +19,7 @@ import re
 
 from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, make_check, verdict
+from ansible.module_utils.ncclprep.parsers.nccl_errors import DEBUG_CLASS
 
 
 def read_env(procfs: str = "/proc", env_files: list[str] | None = None) -> dict:
@@ -90,12 +91,6 @@ ENUMS = {
     "NCCL_IB_ADDR_FAMILY": {"AF_INET", "AF_INET6"},
 }
 LIST_ENUMS = {"NCCL_ALGO", "NCCL_PROTO", "NCCL_DEBUG_SUBSYS"}
-# NCCL's own "debugging" variables that choose how collectives run (NVIDIA/nccl
-# docs/userguide/source/env.rst, section "Debugging": they "should generally not be set for
-# production code"; NCCL_PROTO=LL128 "on platforms that don't support it can lead to data
-# corruption"). NCCL_IB_DISABLE and NCCL_SHM_DISABLE sit in that section too but switch a transport
-# off, which a cluster without InfiniBand sets on purpose: not warned about.
-DEBUG_CLASS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
 # The socket transport's threads times sockets per thread (env.rst: at most 64).
 MAX_SOCKETS = 64
 # Switches the NCCL User Guide documents as 0 (off) or 1 (on).

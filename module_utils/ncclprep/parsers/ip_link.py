@@ -13,6 +13,10 @@ import re
 
 from ansible.module_utils.ncclprep.parsers import finding
 
+#: Interface name prefixes of container and virtual networks, never a data-plane NIC.
+VIRTUAL_IFACE_PREFIXES = ("docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "vxlan", "tunl", "lo",
+                          "ip6tnl", "sit", "gre", "ip6gre", "ip_vti", "ip6_vti")
+
 _HEAD_RE = re.compile(r"^(\d+):\s+([^:@\s]+)(?:@(\S+?))?:\s+<([^>]*)>\s*(.*)$")
 _ADDR_RE = re.compile(r"^(inet6?)\s+(\S+)(.*)$")
 _LINK_RE = re.compile(r"^link/(\S+)(?:\s+(\S+))?")
@@ -93,8 +97,6 @@ def diagnose_ip_link(parsed: dict, host: str | None = None) -> list[dict]:
       IPv4 address (``usable``), bond ports left out.
     Other DOWN interfaces (administratively down Ethernet ports) give no finding.
     """
-    from ansible.module_utils.ncclprep.parsers.nccl_log import VIRTUAL_IFACE_PREFIXES
-
     out: list[dict] = []
     links = parsed.get("links", [])
     physical = [lk for lk in links if not str(lk["name"]).startswith(VIRTUAL_IFACE_PREFIXES)]

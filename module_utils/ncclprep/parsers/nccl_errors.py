@@ -13,6 +13,13 @@ import re
 
 from ansible.module_utils.ncclprep.parsers import finding
 
+#: NCCL's own "debugging" variables that choose how collectives run (NVIDIA/nccl
+# docs/userguide/source/env.rst, section "Debugging": they "should generally not be set for
+# production code"; NCCL_PROTO=LL128 "on platforms that don't support it can lead to data
+# corruption"). NCCL_IB_DISABLE and NCCL_SHM_DISABLE sit in that section too but switch a transport
+# off, which a cluster without InfiniBand sets on purpose: not warned about.
+DEBUG_CLASS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+
 #: (id, severity, regex): the regexes run on each line.
 RULES = [
     # NCCL init.cc: two ranks of one communicator on one GPU; pytorch/torchtitan#1224 (set_device first)

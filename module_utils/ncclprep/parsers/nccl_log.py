@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.ncclprep.parsers import finding, nccl_errors, number_ranges
+from ansible.module_utils.ncclprep.parsers.ip_link import VIRTUAL_IFACE_PREFIXES
 
 # Every pattern below runs on every line, also on hostile ones (a base64 line of 100 KB): each is
 # anchored so that it is tried only where a token starts (a look-behind), never at each character
@@ -70,9 +71,6 @@ IBV_WC_STATUS = {1: "IBV_WC_LOC_LEN_ERR", 2: "IBV_WC_LOC_QP_OP_ERR", 4: "IBV_WC_
                  10: "IBV_WC_REM_ACCESS_ERR", 11: "IBV_WC_REM_OP_ERR", 12: "IBV_WC_RETRY_EXC_ERR",
                  13: "IBV_WC_RNR_RETRY_EXC_ERR", 19: "IBV_WC_FATAL_ERR", 20: "IBV_WC_RESP_TIMEOUT_ERR",
                  21: "IBV_WC_GENERAL_ERR"}
-#: Interface name prefixes of container and virtual networks, never a data-plane NIC.
-VIRTUAL_IFACE_PREFIXES = ("docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "vxlan", "tunl", "lo",
-                          "ip6tnl", "sit", "gre", "ip6gre", "ip_vti", "ip6_vti")
 
 
 def _prefix(line: str) -> dict:
@@ -289,7 +287,7 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       ``first``: the first line's message); at most MAX_WARN_KINDS kinds, then one finding
       counting the rest.
     - WARN ``nccl.debug_class`` when the log shows a variable of NCCL's debugging class set
-      (``NCCL_ALGO set by environment to Ring``; concerns/nccl_env.py DEBUG_CLASS). Source: NCCL's
+      (``NCCL_ALGO set by environment to Ring``; parsers/nccl_errors.py DEBUG_CLASS). Source: NCCL's
       env.rst, whose "Debugging" section says these "should generally not be set for production
       code"; NCCL's tuner plugin (a CSV per size range) is the sanctioned way to choose them.
     - WARN ``nccl.nics_unused`` when NET/IB lists several devices but the channels between hosts go
@@ -298,8 +296,6 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
       (an NCCL_IB_HCA naming one, the GPU-NIC topology, NCCL_CROSS_NIC).
     - INFO ``nccl.transports`` with the transports used inside and between hosts.
     """
-    from ansible.module_utils.ncclprep.concerns.nccl_env import DEBUG_CLASS
-
     out: list[dict] = []
     subject_host = host or "host"
     ifaces = parsed.get("socket_interfaces", [])
@@ -382,7 +378,7 @@ def diagnose_nccl_log(parsed: dict, host: str | None = None) -> list[dict]:
         more = f" (and {len(same) - 1} more like it)" if len(same) > 1 else ""
         out.append(finding("nccl.warn", "WARN", same[0]["host"] or subject_host, first + more, "", host=host,
                            count=len(same), first=first))
-    forced = {k: v for k, v in (parsed.get("env") or {}).items() if k in DEBUG_CLASS}
+    forced = {k: v for k, v in (parsed.get("env") or {}).items() if k in nccl_errors.DEBUG_CLASS}
     if forced:
         out.append(finding("nccl.debug_class", "WARN", subject_host,
                            "the job forces NCCL's own choices: " + ", ".join(f"{k}={v}" for k, v in forced.items())
