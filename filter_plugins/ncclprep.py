@@ -38,7 +38,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     parse_cidr,
 )
 from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
-from ansible.module_utils.ncclprep.sshmesh import peer_order  # noqa: E402
+from ansible.module_utils.ncclprep.sshmesh import targets as mesh_targets  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import keys_to_set, parse_trial, proc_path  # noqa: E402
 from ansible.module_utils.ncclprep.parsers.sysctl import normalize  # noqa: E402
@@ -363,22 +363,12 @@ def irqs_to_pin(irq: dict | None, current: dict | None) -> list:
 
 
 def ssh_targets(members: dict, me: str, alive: list, limit=None, seed: str = "") -> list[dict]:
-    """ssh_mesh targets for ``me``: ``[{host, name}]``, by inventory name then data-plane address,
-    for the peers sshmesh.peer_order gives (rounds over data_plane_members, at most ``limit``
-    peers), left out the peers not in ``alive`` (the play's live hosts)."""
+    """ssh_mesh targets for ``me`` (sshmesh.targets): ``[{host, name}]``, by inventory name then
+    data-plane address, for the peers in ``alive`` (the play's live hosts), at most ``limit``."""
     try:
-        peers = peer_order(list(members), me, None if limit is None else int(limit), seed)
+        return mesh_targets(members, me, alive, None if limit is None else int(limit), seed)
     except ValueError as exc:
         raise AnsibleFilterError(f"{me}: preflight_ssh_peers={limit!r}: {exc}") from None
-    out = []
-    for host in peers:
-        if host not in alive:
-            continue
-        out.append({"host": host, "name": host})
-        address = (members.get(host) or {}).get("address")
-        if address:
-            out.append({"host": host, "name": address})
-    return out
 
 
 def net_min_deadline(join_timeout, connect_timeout, step_timeout, bandwidth_seconds, mtu=None) -> int:

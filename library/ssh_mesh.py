@@ -63,67 +63,10 @@ results:
   elements: dict
 """
 
-import concurrent.futures
-import random
 import socket
-import subprocess
-import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.sshmesh import TRANSIENT, classify, is_reset, ssh_argv
-
-
-def attempt(target: dict, p: dict) -> dict:
-    """One login, inside one deadline. A reset before the key exchange (sshd's MaxStartups) is
-    retried up to p["retries"] times after a short random pause; any other failure that may
-    pass (TRANSIENT causes) once. Each failed try before the last is kept in ``retried``
-    ("<cause>: <ssh's last line>"), the evidence of a login that passed only on a retry."""
-    argv = ssh_argv(target["name"], p["user"], p["identity"], p["port"], max(1, int(p["timeout"] / 3)),
-                    p["known_hosts"])
-    start = time.monotonic()
-    tries = resets = others = 0
-    retried = []
-    while True:
-        tries += 1
-        left = p["timeout"] - (time.monotonic() - start)
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=max(1.0, left))
-            rc, stderr = proc.returncode, proc.stderr
-        except subprocess.TimeoutExpired as exc:
-            rc, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-        verdict = classify(rc, stderr)
-        if verdict["ok"] or rc is None or time.monotonic() - start > p["timeout"] / 2:
-            break
-        if is_reset(stderr) and resets < p["retries"]:
-            resets += 1
-        elif verdict["cause"] in TRANSIENT and not others and p["retries"] > 0:
-            others += 1
-        else:
-            break
-        retried.append(f"{'reset' if is_reset(stderr) else verdict['cause']}: "
-                       f"{(stderr.strip().splitlines() or [''])[-1][:200]}")
-        time.sleep(random.uniform(0.2, 1.0) * tries)
-    return dict(host=target.get("host"), name=target["name"], stderr=stderr.strip()[-2000:], attempts=tries,
-                retried=retried, seconds=round(time.monotonic() - start, 3), **verdict)
-
-
-def run_in_rounds(targets: list, p: dict) -> list:
-    """Log in to the targets' hosts in the order given (peer_order's rounds), at most
-    p["parallel"] hosts at once, the names of one host one after the other; results in
-    the targets' order."""
-    by_host: dict = {}
-    for i, t in enumerate(targets):
-        by_host.setdefault(t.get("host") or t["name"], []).append((i, t))
-    results: list = [None] * len(targets)
-
-    def one_host(items):
-        for i, t in items:
-            results[i] = attempt(t, p)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(p["parallel"], len(by_host) or 1))) as pool:
-        list(pool.map(one_host, by_host.values()))
-    return results
+from ansible.module_utils.ncclprep.sshmesh import run_in_rounds
 
 
 def main() -> None:

@@ -234,6 +234,31 @@ def run_key(job: Mapping) -> str:
     return f"{job['job_id']}/{digest}".replace(" ", "_")
 
 
+def logins(ssh: Mapping | None, me: str, taking: list[str], addresses: list[str], seed: str,
+           say: Callable[[str], None]) -> list[dict] | None:
+    """This node's logins to the others over SSH (check ssh.trust), as validate.yml's ssh.yml makes
+    them (sshmesh.targets, run_in_rounds): ``ssh``: the intent's ``job.ssh`` (user, identity,
+    known_hosts, peers, timeout in seconds, parallel) or None (the ssh_trust concern off); ``taking``
+    and ``addresses``: the nodes that take part and their data-plane addresses, rank order. None, and
+    ssh.trust SKIP, when the concern is off or this user cannot read the cluster key (a job's user
+    under srun: the key is root's, and the logins would fail for that, not for the cluster's trust)."""
+    if not ssh or len(taking) < 2:
+        return None
+    identity = ssh.get("identity")
+    if identity and not os.access(identity, os.R_OK):
+        say(f"{me}: ssh.trust not read: this user cannot read the cluster key {identity}")
+        return None
+    from ansible.module_utils.ncclprep.sshmesh import run_in_rounds, targets
+
+    members = {n: {"address": a} for n, a in zip(taking, addresses, strict=True)}
+    peers = ssh.get("peers")
+    mine = targets(members, me, taking, None if peers is None else int(peers), seed)
+    say(f"{me}: {len(mine)} logins over SSH as {ssh.get('user')}")
+    return run_in_rounds(mine, {"user": ssh.get("user"), "identity": identity, "port": 22,
+                                "known_hosts": ssh.get("known_hosts"), "timeout": float(ssh.get("timeout") or 15),
+                                "parallel": int(ssh.get("parallel") or 4), "retries": 2})
+
+
 def options(job: Mapping, names: list[str], addresses: list[str], rank: int, token: str, seed: str,
             local_ranks: list[int]) -> dict:
     """The network probe's and the collectives' options for this node (netprobe.ARGUMENT_SPEC's
@@ -373,6 +398,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     record: dict = {"alive": True, "facts": None, "intent": doc.get("intent"), "ssh": None, "drift": None,
                     "net": None, "probe": None, "blame": None, "smoke": None, "counters": None}
     say(f"{me}: rank {present.index(rank)} of {world} ({', '.join(taking)}); reading the node")
+    record["ssh"] = logins(settings.get("ssh"), me, taking, [addresses[r] for r in present], run_key(job), say)
     reading = {k: doc.get(k) for k in ("node", "readers", "roce_qos")}
     if reading["node"]:
         reading["node"] = dict(reading["node"], names=[e for e in reading["node"].get("names") or []

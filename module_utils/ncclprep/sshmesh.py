@@ -1,9 +1,14 @@
 """Node-to-node SSH as users and tools (mpirun, pdsh) do it: the system ssh client,
-no prompt, host keys checked. Pure helpers for library/ssh_mesh.py."""
+no prompt, host keys checked. The logins of one node to its peers (``targets``, ``run_in_rounds``)
+for library/ssh_mesh.py (validate.yml) and ``ncclprep node preflight`` (check ssh.trust)."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import random
 import re
+import subprocess
+import time
 
 # OpenSSH's own messages (ssh(1), sshconnect.c, ssh.c), most specific first.
 _CAUSES = (
@@ -87,8 +92,6 @@ def peer_order(hosts: list[str], me: str, limit: int | None = None, seed: str = 
     round stays a permutation). None or >= n-1: every peer. Raises ValueError when ``me`` is
     not in ``hosts`` or ``limit`` < 1.
     """
-    import random
-
     if me not in hosts:
         raise ValueError(f"{me!r} is not one of the {len(hosts)} members")
     if limit is not None and limit < 1:
@@ -102,3 +105,73 @@ def peer_order(hosts: list[str], me: str, limit: int | None = None, seed: str = 
         offsets = (ring + random.Random(f"{seed}:{n}").sample(range(2, n - 1), min(extra, max(0, n - 3))))[:limit]
     i = hosts.index(me)
     return [hosts[(i + o) % n] for o in offsets]
+
+
+def targets(members: dict, me: str, alive: list, limit: int | None = None, seed: str = "") -> list[dict]:
+    """The logins of ``me``: ``[{host, name}]``, each peer by its member name then its data-plane
+    address, for the peers peer_order gives (rounds over ``members``, name -> ``{address}``, in the
+    order every node shares; at most ``limit`` peers), left out the peers not in ``alive``. Raises
+    ValueError as peer_order does."""
+    out = []
+    for host in peer_order(list(members), me, limit, seed):
+        if host not in alive:
+            continue
+        out.append({"host": host, "name": host})
+        address = (members.get(host) or {}).get("address")
+        if address:
+            out.append({"host": host, "name": address})
+    return out
+
+
+def attempt(target: dict, p: dict) -> dict:
+    """One login, inside one deadline (``p``: ssh_mesh's options: user, identity, port, known_hosts,
+    timeout in seconds, retries). A reset before the key exchange (sshd's MaxStartups) is
+    retried up to p["retries"] times after a short random pause; any other failure that may
+    pass (TRANSIENT causes) once. Each failed try before the last is kept in ``retried``
+    ("<cause>: <ssh's last line>"), the evidence of a login that passed only on a retry."""
+    argv = ssh_argv(target["name"], p["user"], p["identity"], p["port"], max(1, int(p["timeout"] / 3)),
+                    p["known_hosts"])
+    start = time.monotonic()
+    tries = resets = others = 0
+    retried = []
+    while True:
+        tries += 1
+        left = p["timeout"] - (time.monotonic() - start)
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=max(1.0, left))
+            rc, stderr = proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        verdict = classify(rc, stderr)
+        if verdict["ok"] or rc is None or time.monotonic() - start > p["timeout"] / 2:
+            break
+        if is_reset(stderr) and resets < p["retries"]:
+            resets += 1
+        elif verdict["cause"] in TRANSIENT and not others and p["retries"] > 0:
+            others += 1
+        else:
+            break
+        retried.append(f"{'reset' if is_reset(stderr) else verdict['cause']}: "
+                       f"{(stderr.strip().splitlines() or [''])[-1][:200]}")
+        time.sleep(random.uniform(0.2, 1.0) * tries)
+    return dict(host=target.get("host"), name=target["name"], stderr=stderr.strip()[-2000:], attempts=tries,
+                retried=retried, seconds=round(time.monotonic() - start, 3), **verdict)
+
+
+def run_in_rounds(targets: list, p: dict) -> list:
+    """Log in to the targets' hosts in the order given (peer_order's rounds), at most
+    p["parallel"] hosts at once, the names of one host one after the other; results in
+    the targets' order."""
+    by_host: dict = {}
+    for i, t in enumerate(targets):
+        by_host.setdefault(t.get("host") or t["name"], []).append((i, t))
+    results: list = [None] * len(targets)
+
+    def one_host(items):
+        for i, t in items:
+            results[i] = attempt(t, p)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(p["parallel"], len(by_host) or 1))) as pool:
+        list(pool.map(one_host, by_host.values()))
+    return results

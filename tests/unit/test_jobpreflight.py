@@ -317,6 +317,34 @@ def test_a_node_given_another_run_id_is_told_so_and_left_out(tmp_path, monkeypat
     assert "every node must be given the same --members and --run-id" in err
 
 
+def test_the_engine_logs_in_to_its_peers_as_ssh_yml_does_and_skips_without_the_key(tmp_path, monkeypatch):
+    """ssh.trust from the engine (issue 42 item 1): the intent's job.ssh settings, sshmesh's targets
+    (each peer by name, then address) and rounds; none when the concern is off, or when this user
+    cannot read the cluster key (a job's user under srun), so ssh.trust is a SKIP there, not a
+    FAIL for a key that was never this user's."""
+    from ansible.module_utils.ncclprep import sshmesh
+
+    said, calls = [], []
+    monkeypatch.setattr(sshmesh, "run_in_rounds", lambda targets, p: calls.append((targets, p)) or ["ran"])
+    key = tmp_path / "cluster_key"
+    key.write_text("k")
+    ssh = {"user": "root", "identity": str(key), "known_hosts": "/etc/ssh/ssh_known_hosts", "peers": 32,
+           "timeout": 15.0, "parallel": 4}
+    nodes, addresses = ["n1", "n2", "n3"], ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    assert jobpreflight.logins(ssh, "n2", nodes, addresses, "r", said.append) == ["ran"]
+    [(targets, p)] = calls
+    assert targets == [{"host": "n3", "name": "n3"}, {"host": "n3", "name": "10.0.0.3"},
+                       {"host": "n1", "name": "n1"}, {"host": "n1", "name": "10.0.0.1"}]
+    assert (p["user"], p["identity"], p["known_hosts"], p["timeout"], p["parallel"]) == (
+        "root", str(key), "/etc/ssh/ssh_known_hosts", 15.0, 4)
+    assert jobpreflight.logins(None, "n2", nodes, addresses, "r", said.append) is None
+    assert jobpreflight.logins(ssh, "n1", ["n1"], ["10.0.0.1"], "r", said.append) is None  # no peer
+    monkeypatch.setattr(jobpreflight.os, "access", lambda path, mode: False)
+    assert jobpreflight.logins(ssh, "n2", nodes, addresses, "r", said.append) is None
+    assert said[-1] == f"n2: ssh.trust not read: this user cannot read the cluster key {key}"
+    assert len(calls) == 1
+
+
 def test_the_hostfile_replaces_a_planted_link_and_writes_nothing_through_it(tmp_path, monkeypatch):
     """Review N20: in a shared submit folder another user could plant a link at the hostfile's
     path, and the first node wrote the vetted nodes through it, as the job's user, into whatever
