@@ -1,4 +1,4 @@
-"""The offline doctor (module_utils/ncclprep/doctor.py, ``ncclprep doctor``): every real case in
+"""The offline doctor (module_utils/ncclprep/doctor/, ``ncclprep doctor``): every real case in
 shared/cases read and diagnosed as its INDEX.md says, several nodes compared, and no input of any
 kind (random, cut short, empty, binary) ever ends in a traceback."""
 
@@ -317,7 +317,7 @@ def test_parser_exception_is_reported_naming_file_and_kind(monkeypatch):
     def boom(text):
         raise KeyError("port")
 
-    monkeypatch.setattr(doctor, "parse_ib_status", boom)
+    monkeypatch.setattr(doctor.readers, "parse_ib_status", boom)
     r = diagnose_text("CA 'mlx5_0'\n\tPort 1:\n\t\tState: Active\n", "node1-ibstat.txt")
     assert r["kind"] == "ibstat"
     assert r["error"].startswith("node1-ibstat.txt: reading it as ibstat failed inside the parser (KeyError")

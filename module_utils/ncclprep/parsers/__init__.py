@@ -24,7 +24,7 @@ Where each parser reads live nodes or logs:
 - ``dcb``, ``mlnx_qos``: the roce_qos module (rules in ``module_utils/ncclprep/concerns/roce_qos.py``).
 - ``ufw``, ``torch_dist``: the checks (``firewall.rules``; the probe's error explained).
 - ``nccl_log``, ``nccl_tests``: logs a job writes, not a node's state: read by the offline doctor
-  (``module_utils/ncclprep/doctor.py``, ``ncclprep doctor``), which runs every parser here (and
+  (``module_utils/ncclprep/doctor/``, ``ncclprep doctor``), which runs every parser here (and
   ``sysctl.parse_sysctl_a``) on pasted text; ``nccl_log`` also by the collectives probe.
 """
 
