@@ -16,7 +16,7 @@ Variants alternate within each round so the machine's noise falls on all alike:
     64 MiB x 5       a 64 MiB buffer, 5 iterations
     64 MiB x 20      a 64 MiB buffer, 20 iterations
 
-busbw follows nccl-tests (module_utils/ncclprep/busbw.py): all_reduce moves 2 (n-1)/n of the
+busbw follows nccl-tests (module_utils/ncclprep/probes/busbw.py): all_reduce moves 2 (n-1)/n of the
 buffer per rank, so with 2 ranks busbw = algbw = buffer bytes / seconds per iteration, the bytes
 each direction of the pair carries. The TCP figure is the slower of the pair's two directions
 (GB/s = 1e9 bytes/s, as the receiver counted them): a ring all_reduce can go no faster than its

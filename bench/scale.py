@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: the preflight's pair schedule and blame at 64 to 4096 nodes, simulated on a model
-of the network with the project's own planners (module_utils/ncclprep/schedule.py, blame.py).
+of the network with the project's own planners (module_utils/ncclprep/probes/schedule.py, blame.py).
 
     .venv/bin/python bench/scale.py [--sizes 64,512,1024,4096] [--trials 10] [--seed 1]
 
@@ -34,7 +34,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "src"))
 import ncclprep  # noqa: E402,F401,I001  (first: it extends ansible.module_utils.__path__)
-from ansible.module_utils.ncclprep import blame, schedule  # noqa: E402
+from ansible.module_utils.ncclprep.probes import blame  # noqa: E402
+from ansible.module_utils.ncclprep.probes import schedule  # noqa: E402
 
 SLOW = 0.1
 

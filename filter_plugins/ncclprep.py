@@ -25,7 +25,7 @@ import ncclprep  # noqa: E402,F401  (extends ansible.module_utils.__path__)
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus  # noqa: E402
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist  # noqa: E402
-from ansible.module_utils.ncclprep.collective_blame import deadline_s as blame_deadline_s  # noqa: E402
+from ansible.module_utils.ncclprep.probes.collective_blame import deadline_s as blame_deadline_s  # noqa: E402
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import unsafe_rules, ufw_unintended  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
@@ -37,8 +37,8 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ifname_problem,
     parse_cidr,
 )
-from ansible.module_utils.ncclprep.netprobe import min_deadline  # noqa: E402
-from ansible.module_utils.ncclprep.sshmesh import targets as mesh_targets  # noqa: E402
+from ansible.module_utils.ncclprep.probes.net import min_deadline  # noqa: E402
+from ansible.module_utils.ncclprep.probes.sshmesh import targets as mesh_targets  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import keys_to_set, parse_trial, proc_path  # noqa: E402
 from ansible.module_utils.ncclprep.parsers.sysctl import normalize  # noqa: E402

@@ -83,7 +83,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
 from ansible.module_utils.ncclprep.report import TEXTFILE_NAME, build_cluster, utc_stamp, write_reports
-from ansible.module_utils.ncclprep.tuning import report_section
+from ansible.module_utils.ncclprep.tune.decide import report_section
 
 
 def main() -> None:

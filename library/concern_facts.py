@@ -57,7 +57,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ncclprep import concerns
-from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
+from ansible.module_utils.ncclprep.node.hostinfo import subprocess_runner
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ description:
   - Under NCCL the ranks run with C(NCCL_DEBUG=INFO) into a log file of their own; the log is
     parsed (module_utils/ncclprep/parsers/nccl_log.py) into RV(probe.nccl_log).
   - With O(blame), the nodes stay together after the collectives for the collective blame
-    (module_utils/ncclprep/collective_blame.py) - when the collectives failed, hung with every
+    (module_utils/ncclprep/probes/collective_blame.py) - when the collectives failed, hung with every
     rank present or fell below O(blame_floor), they run the rounds of C(blame.collective_plan)
     (ring-neighbour pairs, then halves) through a store of their own on the first node, port
     O(master_port) + 1 (a round's groups at + 2, + 3, ...), and the first node returns the
@@ -104,7 +104,7 @@ options:
   net:
     type: dict
     description:
-      - The network probe's options (library/net_probe.py, module_utils/ncclprep/netprobe.py ARGUMENT_SPEC; its
+      - The network probe's options (library/net_probe.py, module_utils/ncclprep/probes/net.py ARGUMENT_SPEC; its
         own O(net.rank) and O(net.hosts), the hosts with a data-plane address), run before the collectives.
         Unset, no network probe.
   collectives:
@@ -183,13 +183,13 @@ probe:
 import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.ncclprep.collectives import SUPPORTED, rank_layout
 from ansible.module_utils.ncclprep.envfile import read_env_file
-from ansible.module_utils.ncclprep.netprobe import ARGUMENT_SPEC as NET_SPEC
-from ansible.module_utils.ncclprep.netprobe import bad_input as net_bad_input
-from ansible.module_utils.ncclprep.netprobe import probe as net_probe
-from ansible.module_utils.ncclprep.netprobe import torch_missing as net_torch_missing
+from ansible.module_utils.ncclprep.probes.collectives import SUPPORTED, rank_layout
 from ansible.module_utils.ncclprep.probes.job import host_collectives
+from ansible.module_utils.ncclprep.probes.net import ARGUMENT_SPEC as NET_SPEC
+from ansible.module_utils.ncclprep.probes.net import bad_input as net_bad_input
+from ansible.module_utils.ncclprep.probes.net import probe as net_probe
+from ansible.module_utils.ncclprep.probes.net import torch_missing as net_torch_missing
 
 try:
     import torch  # noqa: F401  (the collectives import it: tell its absence early)

@@ -26,7 +26,7 @@ description:
     child process killed at O(timeout). A peer that stops answering is reported (HANG),
     never waited for.
   - Must run with an interpreter that can import torch (torch_runtime's venv).
-  - Rules in module_utils/ncclprep/netprobe.py (tests), schedule.py (pairs), blame.py (slow).
+  - Rules in module_utils/ncclprep/probes/net.py (tests), schedule.py (pairs), blame.py (slow).
 options:
   rank: {type: int, required: true, description: This host's index in O(hosts).}
   hosts:
@@ -118,7 +118,7 @@ net:
 
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.ncclprep import netprobe
+from ansible.module_utils.ncclprep.probes import net as netprobe
 
 try:
     import torch.distributed  # noqa: F401  (the store)

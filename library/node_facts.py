@@ -14,7 +14,7 @@ description:
     port counters, GIDs, the dataset and the tools' output; with O(concerns), each concern's live
     state (C(ansible_facts.ncclprep.<concern>), each concern's reader in module_utils/ncclprep/concerns); with
     O(roce_qos), the RoCE ports and what differs from the settings (C(ansible_facts.ncclprep.roce_qos))."
-  - "One process reads it all (module_utils/ncclprep/node.py read_node), as C(ncclprep node check)
+  - "One process reads it all (module_utils/ncclprep/node/read.py read_node), as C(ncclprep node check)
     reads a node without Ansible: validate.yml and site.yml's checking play read each node in one
     module run (roles/preflight/tasks/read.yml)."
   - Never changes anything; runs in check mode too and always returns C(changed=false).
@@ -25,7 +25,7 @@ options:
   node:
     type: dict
     description:
-      - "The node reading's options (module_utils/ncclprep/node.py OPTIONS, each converted to its
+      - "The node reading's options (module_utils/ncclprep/node/read.py OPTIONS, each converted to its
         type as an argument spec would): C(cidr) of the data plane (required), C(interface) (null
         finds it from the cidr), C(sysctl_keys) to read, C(names) (the
         host_names intent C([{host, address, names}]): each name must resolve to C(address), and
@@ -79,13 +79,14 @@ ansible_facts:
         connect's error when only the second, after a pause, reached the address),
         counters (the RDMA ports' and the data-plane netdev's error counters when the run starts, as
         port_counters returns them), rdma_gids{'<dev>/<port>': [{index, type, gid, netdev}]} (populated GIDs),
-        dataset{path, exists, kind, readable, entries, sample, error, hung} or null (module_utils/ncclprep/dataset.py),
+        dataset{path, exists, kind, readable, entries, sample, error, hung} or null
+        (module_utils/ncclprep/node/dataset.py),
         hostinfo (below)"
       type: dict
       contains:
         hostinfo:
           description:
-            - "What the node's own tools show, read through module_utils/ncclprep/hostinfo.py and the parsers:
+            - "What the node's own tools show, read through module_utils/ncclprep/node/hostinfo.py and the parsers:
               C(ib_ports) (ibstat, else ibstatus, else /sys/class/infiniband), C(ibv_devinfo), C(numactl)
               (numactl -H, else lscpu: same shape, node CPUs only), C(gpu_topology) (nvidia-smi topo -m; its
               C(data.p2p) is C({source, error, data}) of nvidia-smi topo -p2p r, the P2P read matrix),
@@ -102,8 +103,8 @@ ansible_facts:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
-from ansible.module_utils.ncclprep.node import ReadError, read_node
+from ansible.module_utils.ncclprep.node.hostinfo import subprocess_runner
+from ansible.module_utils.ncclprep.node.read import ReadError, read_node
 
 
 def main() -> None:

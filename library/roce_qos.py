@@ -112,7 +112,7 @@ from ansible.module_utils.ncclprep.concerns.roce_qos import (
     read_state,
     survey,
 )
-from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
+from ansible.module_utils.ncclprep.node.hostinfo import subprocess_runner
 
 
 def apply(runner: Runner, netdev: str, tool: str, changes: list, sysfs: str) -> None:

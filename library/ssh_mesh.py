@@ -66,7 +66,7 @@ results:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.sshmesh import run_in_rounds
+from ansible.module_utils.ncclprep.probes.sshmesh import run_in_rounds
 
 
 def main() -> None:

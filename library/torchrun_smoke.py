@@ -85,8 +85,8 @@ counters:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep import ddp_smoke
 from ansible.module_utils.ncclprep.portstate import read_counters
+from ansible.module_utils.ncclprep.probes import smoke as ddp_smoke
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 
 site.yml copies the zip to every node (roles/preflight/tasks/install.yml), where
 ``/usr/local/sbin/ncclprep`` puts it first on sys.path and runs ``ncclprep node check``
-(module_utils/ncclprep/nodecheck.py) without Ansible. The zip holds module_utils/ncclprep/ under
+(module_utils/ncclprep/node/check.py) without Ansible. The zip holds module_utils/ncclprep/ under
 ``ansible/module_utils/ncclprep/`` with empty ``ansible/__init__.py`` and
 ``ansible/module_utils/__init__.py``: the layout AnsiballZ ships a module's module_utils in, so
 the package's absolute imports (``ansible.module_utils.ncclprep...``) hold on the node as they do

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from ansible.module_utils.ncclprep import nodecheck
+from ansible.module_utils.ncclprep.node import check as nodecheck
 
 USAGE = """usage: ncclprep node check [--json] [--only CONCERN ...] [--intent PATH] [--record PATH]
        ncclprep node health [--dry-run] [--max-age S] [--refresh-after S] (ncclprep node health -h)
@@ -34,17 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     torch (nodecheck.reexec_under_torch)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:2] in (["node", "health"], ["node", "prolog"]):  # Slurm's HealthCheckProgram and Prolog
-        from ansible.module_utils.ncclprep import nodehealth
+        from ansible.module_utils.ncclprep.slurm import health as nodehealth
 
         return nodehealth.main(args[2:], args[1])
     if args[:2] == ["report", "--history"]:  # the ledger of this node's verdicts
-        from ansible.module_utils.ncclprep import nodehealth
+        from ansible.module_utils.ncclprep.slurm import health as nodehealth
 
         return nodehealth.history_main(args[2:])
     if args[:2] in (["node", "epilog"], ["node", "retest"]):  # root's network re-test (Slurm's Epilog)
         if args[1] == "retest":
             nodecheck.reexec_under_torch(args)
-        from ansible.module_utils.ncclprep import retest
+        from ansible.module_utils.ncclprep.slurm import retest
 
         return retest.main(args[2:], args[1])
     if args[:2] == ["node", "preflight"]:  # a preflight, one task per node

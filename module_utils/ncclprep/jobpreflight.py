@@ -76,11 +76,11 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 
-from ansible.module_utils.ncclprep import nodecheck
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
-from ansible.module_utils.ncclprep.claims import CLAIMS_DIR, claim_of, write_claim
 from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
+from ansible.module_utils.ncclprep.node import check as nodecheck
+from ansible.module_utils.ncclprep.slurm.claims import CLAIMS_DIR, claim_of, write_claim
 
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
 ENV_TOKEN = "NCCLPREP_PREFLIGHT_TOKEN"
@@ -248,7 +248,7 @@ def logins(ssh: Mapping | None, me: str, taking: list[str], addresses: list[str]
     if identity and not os.access(identity, os.R_OK):
         say(f"{me}: ssh.trust not read: this user cannot read the cluster key {identity}")
         return None
-    from ansible.module_utils.ncclprep.sshmesh import run_in_rounds, targets
+    from ansible.module_utils.ncclprep.probes.sshmesh import run_in_rounds, targets
 
     members = {n: {"address": a} for n, a in zip(taking, addresses, strict=True)}
     peers = ssh.get("peers")
@@ -407,8 +407,8 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         record["facts"] = nodecheck.read_node(reading)
     except nodecheck.CouldNotRun as exc:
         say(f"{me}: the node's reading failed: {exc}")
-    from ansible.module_utils.ncclprep.netprobe import probe as net_probe
-    from ansible.module_utils.ncclprep.netprobe import torch_missing
+    from ansible.module_utils.ncclprep.probes.net import probe as net_probe
+    from ansible.module_utils.ncclprep.probes.net import torch_missing
 
     try:
         import torch  # noqa: F401
@@ -424,7 +424,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         say(f"{me}: the network probe (deadline {o['net']['timeout']} s)")
         record["net"] = net_probe(o["net"], torch_error)
     if settings["probe"]["enabled"]:
-        from ansible.module_utils.ncclprep.collectives import rank_layout
+        from ansible.module_utils.ncclprep.probes.collectives import rank_layout
         from ansible.module_utils.ncclprep.probes.job import host_collectives
 
         say(f"{me}: the collectives (deadline {o['probe']['timeout']} s)")
@@ -433,7 +433,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         say(f"{me}: the training smoke job not run: {ENV_TOKEN} not set")
         record["smoke"] = {"status": "SKIP", "error": SMOKE_UNSEALED, "host": me}
     elif settings["smoke"]["enabled"] and settings.get("launcher"):
-        from ansible.module_utils.ncclprep.ddp_smoke import run_job
+        from ansible.module_utils.ncclprep.probes.smoke import run_job
 
         smoke = settings["smoke"]
         say(f"{me}: the training smoke job through {settings['launcher']} (deadline {smoke['timeout']} s)")

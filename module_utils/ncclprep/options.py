@@ -1,5 +1,5 @@
 """Option values checked and converted as an Ansible argument spec converts them, for the readings
-that also run without Ansible (``ncclprep node check``; module_utils/ncclprep/node.py read_node).
+that also run without Ansible (``ncclprep node check``; module_utils/ncclprep/node/read.py read_node).
 
 A value from the inventory may arrive as text (``-e roce_qos_ecn=false``, an INI inventory):
 Ansible's argument spec turns ``"false"`` into False and ``"ed25519"`` into ``["ed25519"]``; a

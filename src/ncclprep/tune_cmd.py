@@ -45,7 +45,7 @@ import yaml
 # ncclprep must be imported before ansible.module_utils.ncclprep: keep this order.
 # isort: off
 from ncclprep import REPO_ROOT  # (extends ansible.module_utils.__path__)
-from ansible.module_utils.ncclprep import tuning
+from ansible.module_utils.ncclprep.tune import decide as tuning
 from ansible.module_utils.ncclprep.atomic import held_lock, write_atomic
 from ansible.module_utils.ncclprep.report import load_run
 # isort: on
@@ -530,7 +530,7 @@ def _verify(run: Tune, result: dict, by_name: dict) -> int:
 def nccl_tuner_main(specs: list[str], collective: str | None, output: str | None) -> int:
     """``ncclprep tune --nccl-tuner``: the CSV of ``tuner_csv`` from the sweeps ``specs``
     (``[ALGO,PROTO=|default=]FILE``). Returns 0, or 2 naming the file or value refused."""
-    from ansible.module_utils.ncclprep import tuner_csv
+    from ansible.module_utils.ncclprep.tune import tuner_csv
 
     sweeps = []
     try:

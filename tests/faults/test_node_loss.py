@@ -81,7 +81,7 @@ def test_with_node3_stopped_the_others_health_checks_leave_them_in_service(provi
     """Issue 40 (review N1): node3 down made every other node's check fail names.reachable naming
     node3, and each health check then drained its own node. Now the check still says so, and the
     health check judges only what names the node itself: no drain for node3's absence."""
-    from ansible.module_utils.ncclprep.slurm import judged
+    from ansible.module_utils.ncclprep.slurm.rules import judged
 
     for node in ("node1", "node2"):
         check = on(node, "ncclprep node check --json", timeout=120)

@@ -27,7 +27,8 @@ import pytest
 # A spawned child does not run conftest: import ncclprep first so module_utils is importable.
 # isort: off
 import ncclprep  # noqa: F401
-from ansible.module_utils.ncclprep import ddp_smoke, hostinfo
+from ansible.module_utils.ncclprep.probes import smoke as ddp_smoke
+from ansible.module_utils.ncclprep.node import hostinfo
 from ansible.module_utils.ncclprep.netutil import StoreTampered, bound_tcp_store, signed_store, unseal
 # isort: on
 from conftest import REPO, free_port

@@ -517,7 +517,7 @@ def test_a_claim_forged_from_a_users_job_drains_no_node(cluster):
                  "/var/log/ncclprep-epilog.log")
     forge = ("import os, sys\n"
              "sys.path.insert(0, '/opt/ncclprep/lib/ncclprep-core.zip')\n"
-             "from ansible.module_utils.ncclprep.claims import write_claim\n"
+             "from ansible.module_utils.ncclprep.slurm.claims import write_claim\n"
              "job = os.environ['SLURM_JOB_ID']\n"
              "print(job, write_claim(job, {'checks': ['net.bandwidth'], 'hosts': ['node3']}))\n")
     for node in ("node2", "node3"):
@@ -1011,7 +1011,7 @@ def test_tune_decides_mtu_1500_against_4096_on_its_numbers_and_validate_passes_a
     decision printed is the one the runs' medians give; the cluster ends with the inventory's MTU (or the
     winner, written to group_vars/all/ncclprep_tuned.yml) and validate.yml, run by tune, passes with the
     Tuning section in its report."""
-    from ansible.module_utils.ncclprep.tuning import decide
+    from ansible.module_utils.ncclprep.tune.decide import decide
 
     assert STATE.get("provisioned"), "runs after test_site_is_idempotent_and_validate_passes"
     reports = str(tmp_path_factory.mktemp("reports"))

@@ -1,4 +1,4 @@
-"""Blame rules (module_utils/ncclprep/blame.py): slow by median and MAD, node or link."""
+"""Blame rules (module_utils/ncclprep/probes/blame.py): slow by median and MAD, node or link."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 import statistics
 
 import pytest
-from ansible.module_utils.ncclprep.blame import (
+from ansible.module_utils.ncclprep.probes.blame import (
     blame_round,
     classify,
     collective_plan,
@@ -16,7 +16,7 @@ from ansible.module_utils.ncclprep.blame import (
     slow_outliers,
     slowest_per_direction,
 )
-from ansible.module_utils.ncclprep.collectives import collective_trigger
+from ansible.module_utils.ncclprep.probes.collectives import collective_trigger
 
 # One TCP stream per direction (GB/s) measured on the 3-node local cluster of this machine:
 # healthy, and with node2's eth0 throttled by `tc qdisc add dev eth0 root tbf rate 200mbit ...`.

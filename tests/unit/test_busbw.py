@@ -1,5 +1,5 @@
 import pytest
-from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor, busbw_gbps
+from ansible.module_utils.ncclprep.probes.busbw import algbw_gbps, bus_factor, busbw_gbps
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.ncclprep import claims, nodehealth, retest
-from ansible.module_utils.ncclprep.claims import claim_path, take_claim, write_claim
+from ansible.module_utils.ncclprep.slurm import claims, retest
+from ansible.module_utils.ncclprep.slurm import health as nodehealth
+from ansible.module_utils.ncclprep.slurm.claims import claim_path, take_claim, write_claim
 
 CLAIM = {"checks": ["net.bandwidth"], "hosts": ["n3"]}
 #: Another user (the squatter) and the job's user, when the tests run as root.

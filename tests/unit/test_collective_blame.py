@@ -1,4 +1,4 @@
-"""The collective blame as nccl_probe runs it (module_utils/ncclprep/collective_blame.py): three
+"""The collective blame as nccl_probe runs it (module_utils/ncclprep/probes/collective_blame.py): three
 nodes as threads on loopback meeting at a real torch TCPStore, each round's collectives replaced
 by a function of the group, so what is tested is the coordination: every node sees the same plan,
 the first node's verdict and rounds are those collective_plan gives round by round, and a node
@@ -14,8 +14,8 @@ import pytest
 
 # isort: off
 import ncclprep  # noqa: F401  (makes ansible.module_utils.ncclprep importable)
-from ansible.module_utils.ncclprep import collective_blame
-from ansible.module_utils.ncclprep.blame import blame_round, collective_plan
+from ansible.module_utils.ncclprep.probes import collective_blame
+from ansible.module_utils.ncclprep.probes.blame import blame_round, collective_plan
 # isort: on
 
 HOSTS = ["n1", "n2", "n3"]

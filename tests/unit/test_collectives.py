@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 # Spawned ranks do not run conftest: import ncclprep first so module_utils is importable.
 # isort: off
 import ncclprep  # noqa: F401
-from ansible.module_utils.ncclprep.collectives import (
+from ansible.module_utils.ncclprep.probes.collectives import (
     element_count,
     expected_values,
     merge_local_ranks,

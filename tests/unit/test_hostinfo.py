@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils.ncclprep.hostinfo import (
+from ansible.module_utils.ncclprep.node.hostinfo import (
     TIMEOUT_RC,
     collect,
     gpu_topology,

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.ncclprep import cli, jobpreflight, nodecheck
+from ansible.module_utils.ncclprep import cli, jobpreflight
 from ansible.module_utils.ncclprep.jobpreflight import (
     EXIT_COULD_NOT_RUN,
     EXIT_FAILED,
@@ -24,6 +24,7 @@ from ansible.module_utils.ncclprep.jobpreflight import (
     read_members,
     verdict,
 )
+from ansible.module_utils.ncclprep.node import check as nodecheck
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
 NODES = {"gpu[01-03]": ["gpu01", "gpu02", "gpu03"], "gpu[01,03]": ["gpu01", "gpu03"]}
@@ -93,7 +94,7 @@ def test_the_options_are_validate_ymls_settings_for_the_jobs_nodes_in_rank_order
     assert o["net"]["rank"] == 1 and o["net"]["hosts"] == ["a", "b"] and o["net"]["token"] == "tok"
     assert o["net"]["addresses"] == ["10.0.0.1", "10.0.0.2"] and o["net"]["mtu"] == 4096
     assert o["net"]["seed"] == "slurm-7" and o["net"]["timeout"] == 120
-    from ansible.module_utils.ncclprep.netprobe import ARGUMENT_SPEC, bad_input
+    from ansible.module_utils.ncclprep.probes.net import ARGUMENT_SPEC, bad_input
 
     assert set(o["net"]) == set(ARGUMENT_SPEC) and bad_input(o["net"]) is None
     assert o["probe"]["master_addr"] == "10.0.0.1" and o["probe"]["master_port"] == 29510
@@ -248,7 +249,7 @@ def one_node_run(tmp_path, monkeypatch, env, **opts):
     import argparse
     import json
 
-    from ansible.module_utils.ncclprep import ddp_smoke
+    from ansible.module_utils.ncclprep.probes import smoke as ddp_smoke
 
     calls = []
 
@@ -322,7 +323,7 @@ def test_the_engine_logs_in_to_its_peers_as_ssh_yml_does_and_skips_without_the_k
     (each peer by name, then address) and rounds; none when the concern is off, or when this user
     cannot read the cluster key (a job's user under srun), so ssh.trust is a SKIP there, not a
     FAIL for a key that was never this user's."""
-    from ansible.module_utils.ncclprep import sshmesh
+    from ansible.module_utils.ncclprep.probes import sshmesh
 
     said, calls = [], []
     monkeypatch.setattr(sshmesh, "run_in_rounds", lambda targets, p: calls.append((targets, p)) or ["ran"])

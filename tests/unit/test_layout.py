@@ -90,7 +90,7 @@ def test_no_import_cycle_in_module_utils():
     concerns -> model with two parsers; and the node commands around nodecheck's router."""
     graph = import_graph(os.path.join(REPO, "module_utils", "ncclprep"))
     assert len(graph) > 50  # the package was read, not an empty folder
-    assert "collectives" in graph["probes.job"] and "cli" not in graph["nodecheck"]
+    assert "probes.collectives" in graph["probes.job"] and "cli" not in graph["node.check"]
     assert cycles(graph) == []
 
 

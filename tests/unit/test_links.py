@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import threading
 
-from ansible.module_utils.ncclprep import dataset as dataset_mod
 from ansible.module_utils.ncclprep.checks import evaluate
 from ansible.module_utils.ncclprep.checks.dataset import check_dataset
 from ansible.module_utils.ncclprep.checks.links import check_counters, check_rdma
 from ansible.module_utils.ncclprep.checks.tools import check_tools
 from ansible.module_utils.ncclprep.model import Context
+from ansible.module_utils.ncclprep.node import dataset as dataset_mod
 from ansible.module_utils.ncclprep.portstate import counter_growth, read_counters, read_gids
 
 CTX = Context(all_hosts=("n1", "n2", "n3"))

@@ -1,4 +1,4 @@
-"""The network probe (module_utils/ncclprep/netprobe.py) on loopback addresses of this machine:
+"""The network probe (module_utils/ncclprep/probes/net.py) on loopback addresses of this machine:
 each verdict, each test, the listener's guards, and the worker with 3 nodes (needs torch for
 the store), also with a node that never arrives and one that stops mid-run."""
 
@@ -19,7 +19,7 @@ import pytest
 # isort: off
 import ncclprep  # noqa: F401
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
-from ansible.module_utils.ncclprep.netprobe import (
+from ansible.module_utils.ncclprep.probes.net import (
     ROUND_CLOSE_SLACK_S,
     Hang,
     Listener,
@@ -177,7 +177,7 @@ def test_port_verdicts_refused_filtered_and_hang():
 def test_a_transient_failure_is_tried_once_more_and_kept_as_evidence(listener, monkeypatch):
     """A port filtered once and a reset on the first latency try: the second tries pass, the row
     holds their figures and ``retried`` the first tries' evidence."""
-    from ansible.module_utils.ncclprep import netprobe
+    from ansible.module_utils.ncclprep.probes import net as netprobe
 
     real_port, real_latency, calls = netprobe.probe_port, netprobe.tcp_latency, {"port": 0, "latency": 0}
 
@@ -202,7 +202,7 @@ def test_a_transient_failure_is_tried_once_more_and_kept_as_evidence(listener, m
 
 
 def test_a_failure_that_persists_keeps_its_verdict_and_no_evidence_of_a_retry(listener, monkeypatch):
-    from ansible.module_utils.ncclprep import netprobe
+    from ansible.module_utils.ncclprep.probes import net as netprobe
 
     tries = []
 
@@ -442,7 +442,7 @@ def _threads_of_nodes(monkeypatch, raw: _DictStore, kwargs: list[dict]) -> dict:
     """run_node of every ``kwargs`` in a thread of its own, each node's store ``raw``: host -> its
     result (the thread in place of the deadline child)."""
     pytest.importorskip("torch")
-    from ansible.module_utils.ncclprep import netprobe
+    from ansible.module_utils.ncclprep.probes import net as netprobe
 
     monkeypatch.setattr(netprobe, "bound_tcp_store", lambda *a, **k: (raw, None))
     out: dict = {}
@@ -478,7 +478,7 @@ def _judged(results: dict) -> dict:
 
 
 def test_signed_store_values_hold_only_with_this_run_s_token():
-    from ansible.module_utils.ncclprep.netprobe import MAX_STORE_VALUE, SignedStore, StoreTampered
+    from ansible.module_utils.ncclprep.probes.net import MAX_STORE_VALUE, SignedStore, StoreTampered
 
     raw = _DictStore()
     store = SignedStore(raw, TOKEN)
@@ -504,7 +504,7 @@ def test_a_tampered_store_is_reported_as_such_not_as_nodes_missing(monkeypatch):
     The first node now reads n2's word, finds it not this run's and says so; n2, left without the
     first node's decision while the store answers, says so too; net.run names no node and the
     link checks judge nothing."""
-    from ansible.module_utils.ncclprep import netprobe
+    from ansible.module_utils.ncclprep.probes import net as netprobe
 
     monkeypatch.setattr(netprobe, "JOIN_SLACK_S", 1, raising=False)  # absent before review N4
     store, listen = _ports()
@@ -549,7 +549,7 @@ def test_a_done_word_deleted_after_it_was_written_does_not_name_its_node_gone(mo
     answering during the rounds"). n3 sits the first round out (pairs (0, 1)) and writes its
     word at once; a stranger deletes it three times while n1 still measures. n3 posts it again,
     n1 reads it: no node is gone, every direction is measured, net.run names no node."""
-    from ansible.module_utils.ncclprep.schedule import pair_schedule
+    from ansible.module_utils.ncclprep.probes.schedule import pair_schedule
 
     assert pair_schedule(3, 2, "s")[0] == [(0, 1)]
     store, listen = _ports()

@@ -209,7 +209,7 @@ def test_matrices_and_their_markdown_tables():
 
 def test_versions_name_the_outliers_against_the_majority():
     from ansible.module_utils.ncclprep.checks.versions import check_versions
-    from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
+    from ansible.module_utils.ncclprep.node.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
 
     v = {"kernel": "6.8.0-45-generic", "python": "3.12.3", "driver": "550.90.07", "torch_nccl": "2.21.5",
          "libnccl": None, "cudnn": "90100"}
@@ -261,7 +261,7 @@ def test_memlock_on_rdma_hosts_and_shm_on_gpu_hosts():
 
 def test_transport_from_nccl_logs_against_the_intent():
     from ansible.module_utils.ncclprep.checks.collectives import check_transport
-    from ansible.module_utils.ncclprep.collectives import nccl_log_summary
+    from ansible.module_utils.ncclprep.probes.collectives import nccl_log_summary
 
     ib = ("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\nh:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; "
           "OOB eth0:10.0.0.1<0>\nh:1:2 [0] NCCL INFO Using network IB\n"
@@ -346,7 +346,7 @@ def test_gloo_bound_to_a_loopback_name_is_named_against_the_data_plane_address()
 
 
 def test_gloo_bind_reads_the_loopback_interface_and_the_host_name():
-    from ansible.module_utils.ncclprep.collectives import gloo_bind
+    from ansible.module_utils.ncclprep.probes.collectives import gloo_bind
 
     assert gloo_bind("lo") == {"ifname": "lo", "address": "127.0.0.1", "how": "GLOO_SOCKET_IFNAME", "error": None}
     absent = gloo_bind("nosuch0")

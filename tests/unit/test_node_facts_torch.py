@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils.ncclprep import node as node_facts
+from ansible.module_utils.ncclprep.node import read as node_facts
 
 VERSION_PY = """from typing import Optional
 

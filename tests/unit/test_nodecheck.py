@@ -1,4 +1,4 @@
-"""`ncclprep node check` without Ansible (module_utils/ncclprep/nodecheck.py): the intent document,
+"""`ncclprep node check` without Ansible (module_utils/ncclprep/node/check.py): the intent document,
 the exit codes, the ss parser, and the core zip site.yml installs, run by a python that has no
 Ansible. The rows against validate.yml's on the local cluster: tests/integration."""
 
@@ -130,7 +130,7 @@ def test_one_reading_gives_each_concern_and_refusals_name_the_role_variables(tmp
     """node.read_node, what node_facts (validate.yml, site.yml's checking play) and the node
     command read through: the node part only when asked, each reader's options checked, a
     roce_qos refusal naming the role variables its options come from."""
-    from ansible.module_utils.ncclprep import node
+    from ansible.module_utils.ncclprep.node import read as node
 
     env = tmp_path / "nccl.env"
     env.write_text("NCCL_DEBUG=WARN\n")
@@ -164,8 +164,9 @@ def test_options_from_the_inventory_are_converted_as_an_argument_spec_converts_t
     """Review of this change: node_facts took the readers' and roce_qos's options as plain dicts,
     so `-e roce_qos_ecn=false` reached roce_qos.survey as the text "false" (bool: True) and
     `-e ssh_trust_host_key_types=ed25519` as a text the reader walked letter by letter."""
-    from ansible.module_utils.ncclprep import concerns, node
+    from ansible.module_utils.ncclprep import concerns
     from ansible.module_utils.ncclprep.concerns.roce_qos import SURVEY_SPEC
+    from ansible.module_utils.ncclprep.node import read as node
     from ansible.module_utils.ncclprep.options import coerce
 
     assert coerce(SURVEY_SPEC, {"ecn": "false", "pfc_priority": "3", "interfaces": "eth0,eth1"}, "h") == {

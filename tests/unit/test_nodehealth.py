@@ -1,4 +1,4 @@
-"""`ncclprep node health` (module_utils/ncclprep/nodehealth.py): the record's verdict, the ledger,
+"""`ncclprep node health` (module_utils/ncclprep/slurm/health.py): the record's verdict, the ledger,
 sinfo and scontrol through a fake runner, exit codes."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import os
 import threading
 import time
 
-from ansible.module_utils.ncclprep import cli, nodehealth
-from ansible.module_utils.ncclprep.nodehealth import (
+from ansible.module_utils.ncclprep import cli
+from ansible.module_utils.ncclprep.slurm import health as nodehealth
+from ansible.module_utils.ncclprep.slurm.health import (
     health,
     prolog,
     quick_rows,
@@ -395,7 +396,8 @@ def test_a_background_node_check_is_killed_before_the_next_may_start(tmp_path, m
 
 def test_the_hooks_import_without_jinja2_as_on_a_nodes_own_python():
     """The health check, Prolog and Epilog run under the node's system Python (``python3 -I``),
-    which has no Jinja2: importing the report package from slurm.py broke every hook."""
+    which has no Jinja2: importing the report package from slurm.py broke every hook. The router
+    (cli) and every module a hook runs import without Jinja2, torch or PyYAML."""
     import subprocess
     import sys
 
@@ -406,7 +408,9 @@ def test_the_hooks_import_without_jinja2_as_on_a_nodes_own_python():
             "            raise ImportError('blocked: ' + name)\n"
             "sys.meta_path.insert(0, Block())\n"
             "import ncclprep\n"
-            "from ansible.module_utils.ncclprep import nodehealth, retest, slurm, nodecheck\n"
+            "from ansible.module_utils.ncclprep import cli\n"
+            "from ansible.module_utils.ncclprep.node import check\n"
+            "from ansible.module_utils.ncclprep.slurm import claims, health, retest, rules\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -452,7 +456,7 @@ def test_what_a_break_it_review_found_in_the_hooks(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(nodehealth.subprocess, "Popen", lambda argv, **kw: started.append(argv))
     assert refresh(str(tmp_path / "rec.json"), 240, age_s=got["age_s"], command=["true"]) and started
     # a mark dated far ahead is no mark (it would hold a slot until then)
-    from ansible.module_utils.ncclprep.slurm import decide, marked
+    from ansible.module_utils.ncclprep.slurm.rules import decide, marked
 
     now = NOW.timestamp()
     assert not marked({"features": [f"ncclprep_draining_{int(now) + 9 * 86400}"]}, now)

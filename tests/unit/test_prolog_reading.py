@@ -10,9 +10,11 @@ import json
 import socket
 import time
 
-from ansible.module_utils.ncclprep import node, nodecheck, nodehealth
 from ansible.module_utils.ncclprep.concerns import host_names
-from ansible.module_utils.ncclprep.nodehealth import PROLOG_CHECKS, PROLOG_MODULES, quick_rows
+from ansible.module_utils.ncclprep.node import check as nodecheck
+from ansible.module_utils.ncclprep.node import read as node
+from ansible.module_utils.ncclprep.slurm import health as nodehealth
+from ansible.module_utils.ncclprep.slurm.health import PROLOG_CHECKS, PROLOG_MODULES, quick_rows
 
 #: What the fake resolver answers, name -> addresses in its order (no answer: cannot resolve).
 RESOLVER = {"n1": ["127.0.0.1"], "n2": ["127.0.0.2"], "n3": ["127.0.0.3"], "wrong": ["127.0.0.9"],

@@ -263,7 +263,7 @@ def test_brief_and_sizes():
 
 def _tuning_record() -> dict:
     """An `ncclprep tune` record of two variants, five runs each, the variant 20 % ahead at 16 MiB."""
-    from ansible.module_utils.ncclprep.tuning import judge, plan
+    from ansible.module_utils.ncclprep.tune.decide import judge, plan
 
     variants = plan([{"name": "mtu", "values": [{"nic_mtu_value": 9000}]}], {"nic_mtu_value": 4096})
     runs = {"baseline": [0.50, 0.51, 0.49, 0.50, 0.52], "mtu-0": [0.60, 0.61, 0.59, 0.60, 0.62]}
@@ -277,7 +277,7 @@ def _tuning_record() -> dict:
 
 def test_the_tuning_section_is_in_the_schema_the_summary_and_the_page():
     from ansible.module_utils.ncclprep.report import render_html
-    from ansible.module_utils.ncclprep.tuning import report_section
+    from ansible.module_utils.ncclprep.tune.decide import report_section
 
     cluster = make_cluster() | {"tuning": report_section(_tuning_record())}
     jsonschema.validate(json.loads(json.dumps(cluster)), SCHEMA, cls=jsonschema.Draft202012Validator)

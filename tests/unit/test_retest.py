@@ -1,4 +1,4 @@
-"""Root's network re-test (module_utils/ncclprep/retest.py): the claim a job's user leaves and what
+"""Root's network re-test (module_utils/ncclprep/slurm/retest.py): the claim a job's user leaves and what
 of it the Epilog believes, the key, the rate limit, this node's verdict and what Slurm is told;
 then three nodes on loopback addresses re-testing for real through ``ncclprep node epilog``, with
 sinfo and scontrol stand-ins on PATH. The Slurm cluster's own run is the integration tier's
@@ -17,9 +17,12 @@ import pytest
 # Spawned nodes do not run conftest: import ncclprep first so module_utils is importable.
 # isort: off
 import ncclprep  # noqa: F401
-from ansible.module_utils.ncclprep import claims, cli, nodecheck, retest
-from ansible.module_utils.ncclprep.claims import claim_of, claim_path, take_claim, write_claim
-from ansible.module_utils.ncclprep.retest import due, retest_key, verdict_of
+from ansible.module_utils.ncclprep import cli
+from ansible.module_utils.ncclprep.slurm import claims
+from ansible.module_utils.ncclprep.node import check as nodecheck
+from ansible.module_utils.ncclprep.slurm import retest
+from ansible.module_utils.ncclprep.slurm.claims import claim_of, claim_path, take_claim, write_claim
+from ansible.module_utils.ncclprep.slurm.retest import due, retest_key, verdict_of
 
 BANDWIDTH = {"id": "net.bandwidth", "status": "FAIL", "hosts": ["n3"], "measured": {"n3": 0.02},
              "expected": ">= 0.5 of the median", "message": "n3 sends slowly"}
@@ -159,7 +162,7 @@ def test_the_epilogs_verdict_drains_on_the_second_strike_and_only_a_network_pass
     assert line == f"n3: drained: {reason}"
     assert second.updates() == [["scontrol", "update", "NodeName=n3", "State=DRAIN", f"Reason={reason}"]]
     drained = Slurm(f"n1|idle|none\nn2|idle|none\nn3|drained|{reason}\n")
-    from ansible.module_utils.ncclprep import nodehealth
+    from ansible.module_utils.ncclprep.slurm import health as nodehealth
 
     code, line, _ = nodehealth.health("n3", {"generated_at": nodehealth._now().isoformat(), "checks": [PASSING]},
                                       ledger, drained, 900)
@@ -378,7 +381,7 @@ def test_the_taken_variable_alone_skips_no_claim_check_and_a_run_that_cannot_sta
 def test_a_claim_of_no_network_check_or_with_control_characters_starts_nothing(tmp_path):
     """A break-it review: a claim naming only sysctl.x, or ids carrying a newline, was believed and
     its text written to root's Epilog log as it was."""
-    from ansible.module_utils.ncclprep.claims import prolog_claims
+    from ansible.module_utils.ncclprep.slurm.claims import prolog_claims
 
     folder = tmp_path / "claims"
     folder.mkdir(mode=0o755)

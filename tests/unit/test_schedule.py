@@ -1,9 +1,9 @@
-"""Pair schedules (module_utils/ncclprep/schedule.py): rounds of disjoint pairs, up to 4096 nodes."""
+"""Pair schedules (module_utils/ncclprep/probes/schedule.py): rounds of disjoint pairs, up to 4096 nodes."""
 
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.ncclprep.schedule import (
+from ansible.module_utils.ncclprep.probes.schedule import (
     circle_rounds,
     pair_schedule,
     partner,

@@ -1,11 +1,11 @@
-"""The Slurm health rules (module_utils/ncclprep/slurm.py): sinfo read, verdicts, drain and resume."""
+"""The Slurm health rules (module_utils/ncclprep/slurm/rules.py): sinfo read, verdicts, drain and resume."""
 
 from __future__ import annotations
 
 import datetime
 
 import pytest
-from ansible.module_utils.ncclprep.slurm import (
+from ansible.module_utils.ncclprep.slurm.rules import (
     avoided,
     decide,
     fabric,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ansible.module_utils.ncclprep import ddp_smoke
 from ansible.module_utils.ncclprep.checks import evaluate
+from ansible.module_utils.ncclprep.probes import smoke as ddp_smoke
 
 HOSTS = ["node1", "node2", "node3"]
 

@@ -4,7 +4,7 @@ import subprocess
 import time
 
 import pytest
-from ansible.module_utils.ncclprep.sshmesh import classify, is_reset, peer_order, ssh_argv
+from ansible.module_utils.ncclprep.probes.sshmesh import classify, is_reset, peer_order, ssh_argv
 
 
 @pytest.mark.parametrize("stderr,cause", [
@@ -88,7 +88,7 @@ def test_real_failures_are_not_retried():
 def test_ssh_mesh_retries_a_reset_and_bounds_the_hosts_at_once(monkeypatch):
     import threading
 
-    from ansible.module_utils.ncclprep import sshmesh as mod
+    from ansible.module_utils.ncclprep.probes import sshmesh as mod
     calls, active, peak, lock = {}, [0], [0], threading.Lock()
 
     def fake_run(argv, **kw):
@@ -118,7 +118,7 @@ def test_ssh_mesh_retries_a_reset_and_bounds_the_hosts_at_once(monkeypatch):
 def test_ssh_mesh_retries_a_transient_failure_once_and_keeps_its_evidence(monkeypatch):
     """A timeout that clears passes on try 2 with the first try's error kept; a refused SSH port
     is tried twice and still fails; a refused key (not transient) is tried once."""
-    from ansible.module_utils.ncclprep import sshmesh as mod
+    from ansible.module_utils.ncclprep.probes import sshmesh as mod
     calls = {}
     errors = {"b": "ssh: connect to host b port 22: Connection timed out",
               "c": "ssh: connect to host c port 22: Connection refused",

@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils.ncclprep import ddp_smoke
 from ansible.module_utils.ncclprep.checks.smoke import training_figures, training_summary
+from ansible.module_utils.ncclprep.probes import smoke as ddp_smoke
 from conftest import REPO, load_source
 
 torch = pytest.importorskip("torch")

@@ -343,7 +343,7 @@ def test_the_plan_step_reads_each_nodes_value_else_its_roles_default(tmp_path):
     import subprocess
     import sys
 
-    from ansible.module_utils.ncclprep import tuning
+    from ansible.module_utils.ncclprep.tune import decide as tuning
     from conftest import ANSIBLE_JSON_ENV, BIN, REPO
 
     hosts = {"node1": {"ansible_connection": "local"},

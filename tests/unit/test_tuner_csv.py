@@ -1,4 +1,4 @@
-"""``ncclprep tune --nccl-tuner`` (module_utils/ncclprep/tuner_csv.py): nccl-tests sweeps, one per
+"""``ncclprep tune --nccl-tuner`` (module_utils/ncclprep/tune/tuner_csv.py): nccl-tests sweeps, one per
 forced algorithm and protocol, into NCCL's example tuner CSV.
 
 The reader runs on the shared recorded case (a real all_reduce_perf tail). No recorded set of sweeps
@@ -10,7 +10,7 @@ with size."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.ncclprep.tuner_csv import HEADER, choose, ranges, read_sweep, render
+from ansible.module_utils.ncclprep.tune.tuner_csv import HEADER, choose, ranges, read_sweep, render
 
 from ncclprep.tune_cmd import nccl_tuner_main
 

@@ -1,11 +1,11 @@
-"""The decision rule of ``ncclprep tune`` (module_utils/ncclprep/tuning.py) on samples shaped like the
+"""The decision rule of ``ncclprep tune`` (module_utils/ncclprep/tune/decide.py) on samples shaped like the
 local cluster's: all_reduce busbw at the largest size spread 0.43-0.62 GB/s (median 0.51) over ten
 healthy validate runs in a row (the CI table of stop 36), smaller sizes alike."""
 
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.ncclprep.tuning import MIN_RUNS, bootstrap_ratio, decide, schedule
+from ansible.module_utils.ncclprep.tune.decide import MIN_RUNS, bootstrap_ratio, decide, schedule
 
 SMALL, LARGE = 65536, 4194304
 # busbw (GB/s) of five runs a side at two sizes
@@ -72,7 +72,7 @@ def test_a_time_is_better_lower_and_bad_input_is_refused():
 
 
 # -- the space, one run's figures, the whole run's decision, the report (issue 26) ----------------
-from ansible.module_utils.ncclprep.tuning import (  # noqa: E402
+from ansible.module_utils.ncclprep.tune.decide import (  # noqa: E402
     BASELINE,
     judge,
     plan,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ansible.module_utils.ncclprep.checks.explain import explain
-from ansible.module_utils.ncclprep.collectives import summarize_collectives
 from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
@@ -13,6 +12,7 @@ from ansible.module_utils.ncclprep.model import (
     verdict,
 )
 from ansible.module_utils.ncclprep.parsers.torch_dist import waited_on_peer
+from ansible.module_utils.ncclprep.probes.collectives import summarize_collectives
 
 
 def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
@@ -149,7 +149,7 @@ def check_transport(records: dict[str, HostRecord], ctx: Context) -> list[Check]
 
 
 def check_blame(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
-    """collective.blame, only when the blame ran (record ``blame``, module_utils/ncclprep/blame.py):
+    """collective.blame, only when the blame ran (record ``blame``, module_utils/ncclprep/probes/blame.py):
     FAIL naming the nodes bad in every pairing, the links bad in their pairing only (``a <-> b``)
     or, when every pair passed, the smallest failing groups of the bisection (measured: each
     group's outcome and busbw in GB/s); WARN when the rounds ran out before a verdict or the

@@ -2,7 +2,7 @@
 
 A data loader that cannot open its files fails every rank of that node at the first batch,
 after the job has waited for its whole allocation; a hung network mount hangs it instead.
-node_facts reads ``preflight_dataset_path`` under a deadline (module_utils/ncclprep/dataset.py).
+node_facts reads ``preflight_dataset_path`` under a deadline (module_utils/ncclprep/node/dataset.py).
 
 Facts: ``dataset`` {path, exists, kind, readable, entries, sample, error, hung} or None.
 """

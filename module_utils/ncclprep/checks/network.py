@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import statistics
 
-from ansible.module_utils.ncclprep.blame import classify, slow_bandwidth, slowest_per_direction
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, make_check, retried_warning, verdict
+from ansible.module_utils.ncclprep.probes.blame import classify, slow_bandwidth, slowest_per_direction
 
 REMEDY = {
     "net.latency": "look for a congested or mis-routed path (tc qdisc, switch counters, a route via another NIC)",

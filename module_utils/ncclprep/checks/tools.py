@@ -1,6 +1,6 @@
 """tools.findings (preflight's own check): what the node's own tools say, read by node_facts
 through the parsers (``hostinfo``: numactl, nvidia-smi topo, ip, netplan and the rest;
-module_utils/ncclprep/hostinfo.py). The RDMA readings (``ib_ports``, ``ibv_devinfo``) are
+module_utils/ncclprep/node/hostinfo.py). The RDMA readings (``ib_ports``, ``ibv_devinfo``) are
 judged by links.rdma instead.
 
 A parser's FAIL finding fails the check; a WARN finding, or a tool that ran but exited

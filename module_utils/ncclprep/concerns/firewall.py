@@ -19,9 +19,9 @@ import ipaddress
 import os
 import re
 
-from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, verdict
 from ansible.module_utils.ncclprep.netutil import parse_cidr
+from ansible.module_utils.ncclprep.node.hostinfo import Runner
 from ansible.module_utils.ncclprep.parsers.nft import parse_nft_table
 from ansible.module_utils.ncclprep.parsers.ufw import diagnose_ufw, parse_ufw_status, parse_ufw_user_rules
 from ansible.module_utils.ncclprep.sysfs import read_text

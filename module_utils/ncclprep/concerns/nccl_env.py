@@ -17,8 +17,8 @@ import difflib
 import os
 import re
 
-from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, make_check, verdict
+from ansible.module_utils.ncclprep.node.hostinfo import Runner
 from ansible.module_utils.ncclprep.parsers.nccl_errors import DEBUG_CLASS
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import re
 
-from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
@@ -21,6 +20,7 @@ from ansible.module_utils.ncclprep.model import (
     majority,
     verdict,
 )
+from ansible.module_utils.ncclprep.node.hostinfo import Runner
 from ansible.module_utils.ncclprep.parsers.netplan import KINDS as NETPLAN_KINDS
 from ansible.module_utils.ncclprep.sysfs import read_text
 

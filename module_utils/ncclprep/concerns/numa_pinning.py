@@ -27,7 +27,6 @@ import os
 import re
 
 from ansible.module_utils.ncclprep.cpumask import format_cpulist, parse_cpulist
-from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
@@ -38,6 +37,7 @@ from ansible.module_utils.ncclprep.model import (
     make_check,
     verdict,
 )
+from ansible.module_utils.ncclprep.node.hostinfo import Runner
 from ansible.module_utils.ncclprep.sysfs import read_text
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.ncclprep.cpumask import cpus_to_mask, format_cpulist, mask_to_cpus, parse_cpulist
-from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, verdict
+from ansible.module_utils.ncclprep.node.hostinfo import Runner
 from ansible.module_utils.ncclprep.sysfs import read_text
 
 

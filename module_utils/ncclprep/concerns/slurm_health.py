@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, facts_of, intent_of, verdict
+from ansible.module_utils.ncclprep.node.hostinfo import Runner
 
 #: The slurm.conf settings this concern owns, in the order it writes them (slurm.conf(5)).
 SETTINGS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog", "Epilog")

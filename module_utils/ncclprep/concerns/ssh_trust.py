@@ -10,7 +10,6 @@ import os
 import pwd
 import stat
 
-from ansible.module_utils.ncclprep.hostinfo import Runner
 from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
@@ -19,6 +18,7 @@ from ansible.module_utils.ncclprep.model import (
     retry_evidence,
     verdict,
 )
+from ansible.module_utils.ncclprep.node.hostinfo import Runner
 from ansible.module_utils.ncclprep.sysfs import read_text
 
 

@@ -16,7 +16,7 @@ The readings and diagnoses are pinned by the real outputs in ``shared/cases``
 Where each parser reads live nodes or logs:
 
 - ``ibstat``, ``ibv_devinfo``, ``ip_link``, ``ifconfig``, ``numa_lscpu``, ``topo``, ``netplan``,
-  ``ethtool``: node_facts' ``hostinfo`` (``module_utils/ncclprep/hostinfo.py`` runs the tools under
+  ``ethtool``: node_facts' ``hostinfo`` (``module_utils/ncclprep/node/hostinfo.py`` runs the tools under
   deadlines). Where a node has an older or a different tool the parser of that tool gives the same
   shape: ``ifconfig -a`` (net-tools 1.60 and 2.x) that of ``ip_link`` (and its diagnosis), plain
   ``lscpu`` that of ``numactl -H`` (``numa_lscpu``); ``topo`` reads ``nvidia-smi topo -m`` and

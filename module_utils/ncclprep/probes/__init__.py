@@ -1,2 +1,3 @@
-"""What a node runs to measure: the probe job (job.py). The network probe, the collectives and
-their blame join this package as the house gets its rooms (issue 42, docs/layout.md)."""
+"""What a node runs to measure: the network probe (net), the collectives (collectives), their blame
+(collective_blame, blame), the pair rounds (schedule), busbw, the training smoke job's reading (smoke),
+the SSH logins (sshmesh) and the probe job that runs the collectives and their blame (job)."""

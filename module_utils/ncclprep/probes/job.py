@@ -10,8 +10,8 @@ import os
 import shutil
 import tempfile
 
-from ansible.module_utils.ncclprep.collective_blame import run_blame
-from ansible.module_utils.ncclprep.collectives import nccl_log_summary, run_local_ranks
+from ansible.module_utils.ncclprep.probes.collective_blame import run_blame
+from ansible.module_utils.ncclprep.probes.collectives import nccl_log_summary, run_local_ranks
 
 
 def host_collectives(p: dict, host: str, offsets: list, torch_error: str | None) -> dict:

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.module_utils.ncclprep.checks.network import summarize_network
-from ansible.module_utils.ncclprep.collectives import summarize_collectives
 from ansible.module_utils.ncclprep.model import majority, overall
+from ansible.module_utils.ncclprep.probes.collectives import summarize_collectives
 from ansible.module_utils.ncclprep.report.common import counts
 
 SCHEMA_VERSION = 2

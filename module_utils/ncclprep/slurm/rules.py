@@ -35,7 +35,7 @@ and 4, ../shared/reviews/peers.md, ../shared/reviews/security.md N1-N7):
   set before the re-reading: docs/slurm.md says why it holds).
 
 Node states are sinfo's long names (``%T``; Slurm's doc/man/man1/sinfo.1, NODE STATE CODES).
-Pure Python, no Slurm and no Ansible: imported as ``ansible.module_utils.ncclprep.slurm``.
+Pure Python, no Slurm and no Ansible: imported as ``ansible.module_utils.ncclprep.slurm.rules``.
 """
 
 from __future__ import annotations

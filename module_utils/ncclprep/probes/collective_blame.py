@@ -41,8 +41,6 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
-from ansible.module_utils.ncclprep.blame import blame_round, collective_plan
-from ansible.module_utils.ncclprep.collectives import collective_trigger
 from ansible.module_utils.ncclprep.netutil import (
     Keeper,
     StoreTampered,
@@ -52,6 +50,8 @@ from ansible.module_utils.ncclprep.netutil import (
     signed_store,
     wait_read,
 )
+from ansible.module_utils.ncclprep.probes.blame import blame_round, collective_plan
+from ansible.module_utils.ncclprep.probes.collectives import collective_trigger
 
 #: Seconds past a round's deadline that node rank 0 waits for a group's result, and the others
 #: for the next plan (starting the round's processes, reading the result back).

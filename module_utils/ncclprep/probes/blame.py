@@ -32,7 +32,7 @@ import bisect
 import statistics
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
-from ansible.module_utils.ncclprep.schedule import ring_rounds
+from ansible.module_utils.ncclprep.probes.schedule import ring_rounds
 
 #: Iglewicz and Hoaglin's constant: 0.6745 = the 0.75 quantile of the standard normal,
 #: which makes MAD / 0.6745 estimate the standard deviation of normal data.

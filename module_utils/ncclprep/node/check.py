@@ -35,10 +35,10 @@ import socket
 import sys
 import traceback
 
-from ansible.module_utils.ncclprep import node
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, NODE_MODULES, evaluate_node
-from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
+from ansible.module_utils.ncclprep.node import read as node
+from ansible.module_utils.ncclprep.node.hostinfo import subprocess_runner
 
 INTENT_FILE = "/etc/ncclprep/intent.json"
 #: The record of the last run: {host, generated_at, alive, facts, intent, checks}, the shape of

@@ -53,7 +53,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.ncclprep.blame import slow_bandwidth, slowest_per_direction
 from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
 from ansible.module_utils.ncclprep.netutil import (  # noqa: F401  (MAX_STORE_VALUE, seal, unseal: for the tests)
     MAX_STORE_VALUE,
@@ -68,7 +67,8 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: F401  (MAX_STORE_VA
     seal,
     unseal,
 )
-from ansible.module_utils.ncclprep.schedule import pair_schedule, partner, repair_rounds
+from ansible.module_utils.ncclprep.probes.blame import slow_bandwidth, slowest_per_direction
+from ansible.module_utils.ncclprep.probes.schedule import pair_schedule, partner, repair_rounds
 
 # linux/in.h, linux/in6.h (Python's socket module does not export them)
 IP_MTU_DISCOVER = 10

@@ -1,7 +1,7 @@
 """What node_facts reads off a node: versions, interfaces, the data plane, limits, tracked sysctl
 values, name resolution of every cluster name, port counters, GIDs, the training data and the
 node's own tools (hostinfo). ``read_facts`` is the whole reading; library/node_facts.py runs it
-as an Ansible module and ``ncclprep node check`` (module_utils/ncclprep/nodecheck.py) runs it
+as an Ansible module and ``ncclprep node check`` (module_utils/ncclprep/node/check.py) runs it
 without Ansible, so both see the same node the same way. ``read_quick`` is the Slurm Prolog's
 part of it: the data-plane interface and the members' names, within its few seconds.
 
@@ -25,14 +25,14 @@ from ansible.module_utils.ncclprep import concerns
 from ansible.module_utils.ncclprep.concerns import roce_qos
 from ansible.module_utils.ncclprep.concerns.host_names import resolve
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import proc_path, read_live
-from ansible.module_utils.ncclprep.dataset import read_dataset
-from ansible.module_utils.ncclprep.hostinfo import Runner, Which, subprocess_runner
-from ansible.module_utils.ncclprep.hostinfo import collect as collect_hostinfo
 from ansible.module_utils.ncclprep.netutil import iface_for_cidr, parse_cidr
+from ansible.module_utils.ncclprep.node.dataset import read_dataset
+from ansible.module_utils.ncclprep.node.hostinfo import Runner, Which, subprocess_runner
+from ansible.module_utils.ncclprep.node.hostinfo import collect as collect_hostinfo
+from ansible.module_utils.ncclprep.node.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
 from ansible.module_utils.ncclprep.options import coerce
 from ansible.module_utils.ncclprep.parsers.ss import parse_ss_listen
 from ansible.module_utils.ncclprep.portstate import read_counters, read_gids
-from ansible.module_utils.ncclprep.versions import libnccl_version, parse_cuda_version, parse_nvidia_driver
 
 #: Where tools live besides PATH (AnsibleModule.get_bin_path looks there too).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
@@ -294,7 +294,7 @@ def read_node(doc: dict, only: tuple[str, ...] | None = None, run: Runner | None
     ``doc["roce_qos"]`` (None: off). ``only``: the concerns whose readers run (None: all).
     ``run``/``which``: hostinfo.subprocess_runner and ``find_tool`` by default; ``warn(text)``
     gets roce_qos's warnings (a setting it cannot manage; None: dropped). The node command
-    (nodecheck.py) and the node_facts module both read through here.
+    (node/check.py) and the node_facts module both read through here.
 
     Raises ReadError naming the concern whose options were refused or whose reading failed; a
     roce_qos refusal also names the role variables its options come from (roce_qos_<option>).

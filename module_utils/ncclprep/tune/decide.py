@@ -232,7 +232,7 @@ def run_figures(records: Mapping[str, Mapping], op: str) -> dict:
     errors: [...]}``. busbw per size is the slowest rank's (collectives.summarize_collectives);
     the step time is the slowest worker's. A probe or job that did not pass is an error (its
     figures are not used)."""
-    from ansible.module_utils.ncclprep.collectives import summarize_collectives
+    from ansible.module_utils.ncclprep.probes.collectives import summarize_collectives
 
     errors = []
     for host, rec in sorted(records.items()):

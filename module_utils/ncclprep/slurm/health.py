@@ -52,13 +52,14 @@ import subprocess
 import sys
 import time
 
-from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import held_lock, write_atomic
 from ansible.module_utils.ncclprep.checks import BAD
-from ansible.module_utils.ncclprep.claims import CLAIMS_DIR, prolog_claims
 from ansible.module_utils.ncclprep.deadline import run_with_deadline
-from ansible.module_utils.ncclprep.hostinfo import Runner, subprocess_runner
-from ansible.module_utils.ncclprep.nodecheck import INTENT_FILE, RECORD_FILE
+from ansible.module_utils.ncclprep.node import check as nodecheck
+from ansible.module_utils.ncclprep.node.check import INTENT_FILE, RECORD_FILE
+from ansible.module_utils.ncclprep.node.hostinfo import Runner, subprocess_runner
+from ansible.module_utils.ncclprep.slurm import rules as slurm
+from ansible.module_utils.ncclprep.slurm.claims import CLAIMS_DIR, prolog_claims
 
 LEDGER_FILE = "/var/lib/ncclprep/health-ledger.json"
 #: Node check verdicts kept in the ledger (its oldest go first; network verdicts and events are
@@ -512,7 +513,7 @@ def _job_members(doc: dict, nodelist: str | None) -> set[str] | None:
 def _read_quick(progress, intent: str, nodelist: str | None = None) -> None:
     """PROLOG_CHECKS' rows of this node now (run_with_deadline's child): node.read_quick, judged by
     the node check's functions."""
-    from ansible.module_utils.ncclprep.node import read_quick
+    from ansible.module_utils.ncclprep.node.read import read_quick
 
     doc = nodecheck.intent_document(intent)
     if not isinstance(doc["node"], dict):

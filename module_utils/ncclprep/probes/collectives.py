@@ -20,7 +20,6 @@ import os
 import socket
 import time
 
-from ansible.module_utils.ncclprep.busbw import algbw_gbps, bus_factor
 from ansible.module_utils.ncclprep.cpumask import parse_cpulist
 from ansible.module_utils.ncclprep.deadline import outcome_fields, run_with_deadline
 from ansible.module_utils.ncclprep.netutil import (
@@ -33,6 +32,7 @@ from ansible.module_utils.ncclprep.netutil import (
     signed_store,
 )
 from ansible.module_utils.ncclprep.parsers.nccl_log import nccl_path, parse_nccl_log
+from ansible.module_utils.ncclprep.probes.busbw import algbw_gbps, bus_factor
 
 # Collectives each backend runs. Gloo gained reduce_scatter_tensor in recent torch; where the
 # installed torch's gloo lacks it, reduce_scatter is measured as an all_reduce of the whole

@@ -4,7 +4,7 @@ job's preflight runs as the job's user, so what it finds is a claim; each task l
 ``CLAIMS_DIR/<job id>/claim.json`` (``write_claim``), in the folder root's Prolog made for the job's
 user alone (``prolog_claims``, ``open_claims``); root's Epilog takes it (``take_claim``) and hands
 what it believed to its own second run (``hand_over``, ``taken_over``). Only files and folders:
-jobpreflight.py, nodehealth.py and retest.py read and write claims through here."""
+jobpreflight.py, slurm/health.py and slurm/retest.py read and write claims through here."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import re
 import stat
 from collections.abc import Mapping
 
-from ansible.module_utils.ncclprep import slurm
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD
+from ansible.module_utils.ncclprep.slurm import rules as slurm
 
 #: Root's folder (0755, made by the slurm_health role) of the jobs' claims folders: ``<job id>/``,
 #: the job's user's (0700), made by the Prolog and removed by the Epilog.

@@ -58,10 +58,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from ansible.module_utils.ncclprep import nodecheck, slurm
 from ansible.module_utils.ncclprep.atomic import write_atomic
-from ansible.module_utils.ncclprep.claims import CLAIMS_DIR, TAKEN_DIR, hand_over, take_claim, taken_over
-from ansible.module_utils.ncclprep.hostinfo import subprocess_runner
 from ansible.module_utils.ncclprep.netutil import (
     Keeper,
     StoreTampered,
@@ -71,6 +68,10 @@ from ansible.module_utils.ncclprep.netutil import (
     open_signed_store,
     rendezvous,
 )
+from ansible.module_utils.ncclprep.node import check as nodecheck
+from ansible.module_utils.ncclprep.node.hostinfo import subprocess_runner
+from ansible.module_utils.ncclprep.slurm import rules as slurm
+from ansible.module_utils.ncclprep.slurm.claims import CLAIMS_DIR, TAKEN_DIR, hand_over, take_claim, taken_over
 
 #: When this node last took part in a re-test (root's; its mtime is the time).
 STAMP_FILE = "/var/lib/ncclprep/retest-last"
@@ -182,7 +183,7 @@ def _steps(store, rank, world, names, addresses, settings, run_id, key, may, joi
     """retest's steps 1-3 on ``store`` (the run's sealed store). Raises StoreTampered, RuntimeError
     (the store stopped answering)."""
     from ansible.module_utils.ncclprep.jobpreflight import net_limits, options
-    from ansible.module_utils.ncclprep.netprobe import probe as net_probe
+    from ansible.module_utils.ncclprep.probes.net import probe as net_probe
 
     keeper = Keeper(store)
     joined = rendezvous(store, keeper, rank, world, "may", "1" if may else "0", join_timeout, 15)
@@ -224,7 +225,7 @@ def act(host: str, verdict: dict, opts: argparse.Namespace, ending_job: str | No
     slurm.decide with scope network, carry_out). ``ending_job``: the Epilog's job id, whose node is
     ``completing`` it (busy only while other jobs run there: nodehealth.other_jobs). Returns the
     line to print. Raises nothing."""
-    from ansible.module_utils.ncclprep.nodehealth import act as act_on
+    from ansible.module_utils.ncclprep.slurm.health import act as act_on
 
     result = act_on(host, verdict, opts.ledger, runner, window=opts.strike_window, max_drained=opts.max_drained,
                     ending_job=ending_job)
@@ -233,7 +234,7 @@ def act(host: str, verdict: dict, opts: argparse.Namespace, ending_job: str | No
 
 def parser(command: str) -> argparse.ArgumentParser:
     """The options of ``ncclprep node epilog`` or ``ncclprep node retest``."""
-    from ansible.module_utils.ncclprep.nodehealth import _seconds, add_rule_options
+    from ansible.module_utils.ncclprep.slurm.health import _seconds, add_rule_options
 
     if command == "epilog":
         p = argparse.ArgumentParser(
