@@ -167,6 +167,12 @@ def read_members(path: str) -> list[str]:
     return names
 
 
+def nodes_digest(nodes: list[str]) -> str:
+    """12 hex characters of SHA-256 over the node names in rank order, one a line: the same on
+    every node given the same list (a run's default id, and part of run_key)."""
+    return hashlib.sha256("\n".join(nodes).encode()).hexdigest()[:12]
+
+
 def job_from_members(nodes: list[str], me: str, rank: str | int | None, run_id: str | None) -> dict:
     """This task's place in a run from a member list, in job_from_env's shape (``launcher``:
     ``members``). ``nodes``: read_members' names; ``me``: this node's member name (the intent's
@@ -193,7 +199,7 @@ def job_from_members(nodes: list[str], me: str, rank: str | int | None, run_id: 
         if not same(nodes[index]):
             raise Usage(f"rank {index} is {nodes[index]} in the member list, but this node is {me}: every node "
                         "must be given its own rank")
-    run_id = run_id or "m" + hashlib.sha256("\n".join(nodes).encode()).hexdigest()[:12]
+    run_id = run_id or "m" + nodes_digest(nodes)
     return {"job_id": run_id, "nodes": list(nodes), "rank": index, "node": nodes[index], "launcher": "members"}
 
 
@@ -230,8 +236,7 @@ def job_token(env: Mapping[str, str], job_id: str) -> tuple[str, bool]:
 def run_key(job: Mapping) -> str:
     """What every node of one run must agree on, as one word: the run's id and a digest of its
     nodes in rank order (jobpreflight.run compares each node's with the first node's)."""
-    digest = hashlib.sha256("\n".join(job["nodes"]).encode()).hexdigest()[:12]
-    return f"{job['job_id']}/{digest}".replace(" ", "_")
+    return f"{job['job_id']}/{nodes_digest(job['nodes'])}".replace(" ", "_")
 
 
 def logins(ssh: Mapping | None, me: str, taking: list[str], addresses: list[str], seed: str,

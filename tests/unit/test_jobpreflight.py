@@ -270,10 +270,9 @@ def one_node_run(tmp_path, monkeypatch, env, **opts):
                     script="/x/ncclprep_train.py", env_file=None,
                     net=dict(SETTINGS["net"], enabled=False), probe=dict(SETTINGS["probe"], enabled=False),
                     smoke={"enabled": True, "steps": 2, "accumulation": 1, "timeout": 60})
+    job = {"job_id": "7", "nodes": ["gpu01"], "rank": 0, "node": "gpu01", "launcher": opts.pop("launcher", "slurm")}
     options_ = argparse.Namespace(**{"need": None, "report_dir": str(tmp_path / "reports"), "json": False,
                                      "hostfile": str(tmp_path / "hosts"), **opts})
-    job = {"job_id": "7", "nodes": ["gpu01"], "rank": 0, "node": "gpu01", "launcher": opts.pop("launcher", "slurm")}
-    options_ = argparse.Namespace(**{k: v for k, v in vars(options_).items() if k != "launcher"})
     code = jobpreflight.run({"job": settings, "intent": {}}, job, options_, env)
     written = tmp_path / "reports" / "latest" / "cluster.json"
     checks = json.loads(written.read_text())["checks"] if written.exists() else []
