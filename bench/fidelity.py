@@ -53,23 +53,29 @@ def one_run(inventory: str, pair: list[str], sizes: list[int], iters: int, tcp_s
                                "preflight_probe_blame": False})]
     run = benchlib.playbook("validate", inventory, extra, timeout=timeout)
     busbw, tcp = None, {}
+    results = []  # (host, a module's result or a host's record): nccl_probe's and net_probe's before issue
+    # 42, every node's record from the engine (roles/preflight/tasks/engine.yml) after it
     for play in run.json().get("plays", []):
         for task in play.get("tasks", []):
             for host, res in (task.get("hosts") or {}).items():
-                if isinstance(res.get("probe"), dict) and res["probe"].get("results") is not None:
-                    probe = res["probe"]
-                    if probe.get("status") != "PASS":
-                        raise RuntimeError(f"{host}: nccl_probe {probe.get('status')}: {probe.get('error')}")
-                    rows = [r for r in probe["results"] if r.get("op") == "all_reduce" and "busbw_gbps" in r]
-                    top = max(r["size_bytes"] for r in rows)
-                    busbw = min(r["busbw_gbps"] for r in rows if r["size_bytes"] == top)
-                if isinstance(res.get("net"), dict) and res["net"].get("links") is not None:
-                    if res["net"].get("status") != "PASS":
-                        raise RuntimeError(f"{host}: net_probe {res['net'].get('status')}: {res['net'].get('error')}")
-                    for link in res["net"]["links"]:
-                        if link.get("bandwidth_gbps") is not None:
-                            key = (link["src"], link["dst"])
-                            tcp[key] = min(tcp.get(key, link["bandwidth_gbps"]), link["bandwidth_gbps"])
+                results.append((host, res))
+                records = (res.get("ansible_facts") or {}).get("__preflight_records") or {}
+                results += [(h, r) for h, r in records.items() if isinstance(r, dict)]
+    for host, res in results:
+        if isinstance(res.get("probe"), dict) and res["probe"].get("results") is not None:
+            probe = res["probe"]
+            if probe.get("status") != "PASS":
+                raise RuntimeError(f"{host}: nccl_probe {probe.get('status')}: {probe.get('error')}")
+            rows = [r for r in probe["results"] if r.get("op") == "all_reduce" and "busbw_gbps" in r]
+            top = max(r["size_bytes"] for r in rows)
+            busbw = min(r["busbw_gbps"] for r in rows if r["size_bytes"] == top)
+        if isinstance(res.get("net"), dict) and res["net"].get("links") is not None:
+            if res["net"].get("status") != "PASS":
+                raise RuntimeError(f"{host}: net_probe {res['net'].get('status')}: {res['net'].get('error')}")
+            for link in res["net"]["links"]:
+                if link.get("bandwidth_gbps") is not None:
+                    key = (link["src"], link["dst"])
+                    tcp[key] = min(tcp.get(key, link["bandwidth_gbps"]), link["bandwidth_gbps"])
     if run.rc != 0 or busbw is None or len(tcp) < 2:
         raise RuntimeError(f"validate.yml rc {run.rc}, busbw {busbw}, TCP directions {sorted(tcp)}: "
                            f"{run.stderr[-800:]}")

@@ -21,6 +21,8 @@ from; see STAGE_OF):
     probes      one job per node: latency, bandwidth and path MTU between the nodes, then the
                 collectives and, when they fail, the blame rounds
     torchrun    the multi-node training job
+    engine      the preflight engine on every node (issue 42: the node's reading, the logins, the
+                drift, the probes and the training job in one ``ncclprep node preflight`` a node)
     report      the checks' verdicts and the reports, on the controller
     exit        from the last task to ansible-playbook's exit
 
@@ -43,12 +45,12 @@ import tempfile
 
 import benchlib
 
-STAGES = ["start", "facts", "checks", "probes", "torchrun", "report", "exit"]
+STAGES = ["start", "facts", "checks", "probes", "torchrun", "engine", "report", "exit"]
 # (facts.yml: node_facts and ssh_mesh before the node was read in one run in read.yml; kept for --against)
 STAGE_OF_FILE = {"main.yml": "facts", "facts.yml": "facts", "read.yml": "facts", "ssh.yml": "facts",
                  "concerns.yml": "checks",
                  "drift.yml": "checks", "net.yml": "probes", "probe.yml": "probes", "blame.yml": "probes",
-                 "smoke.yml": "torchrun", "report.yml": "report", "wait_job.yml": None}
+                 "smoke.yml": "torchrun", "report.yml": "report", "wait_job.yml": None, "engine.yml": "engine"}
 CORES = os.cpu_count() or 1
 BASELINE = ["-e", "preflight_net_enabled=false", "-e", "preflight_drift_enabled=false"]
 

@@ -87,7 +87,7 @@ changed_paths:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.drift import check, ensure
+from ansible.module_utils.ncclprep.drift import check_all, ensure
 
 
 def _shown(row: dict) -> str:
@@ -110,16 +110,19 @@ def main() -> None:
         supports_check_mode=True,
     )
     write = module.params["state"] == "present"
+    if not write:
+        try:
+            module.exit_json(changed=False, files=check_all(module.params["files"], module.params["max_diff_lines"]),
+                             changed_paths=[])
+        except (ValueError, OSError) as exc:
+            module.fail_json(msg=f"{socket.gethostname()}: {exc}")
     rows = []
     for i, entry in enumerate(module.params["files"]):
         missing = [k for k in ("concern", "path") if k not in entry]
         if missing:
             module.fail_json(msg=f"{socket.gethostname()}: files[{i}] lacks {missing}: {sorted(entry)}")
         try:
-            if write:
-                result = ensure(entry, module.check_mode, module.params["max_diff_lines"])
-            else:
-                result = check(entry, module.params["max_diff_lines"])
+            result = ensure(entry, module.check_mode, module.params["max_diff_lines"])
         except (ValueError, OSError) as exc:
             module.fail_json(msg=f"{socket.gethostname()}: files[{i}] ({entry.get('concern')}): {exc}",
                              files=rows)

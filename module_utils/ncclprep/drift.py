@@ -3,8 +3,10 @@
 Every role lists what it writes in ``<role>_managed_files`` (roles/<role>/vars/main.yml); the
 role's own tasks loop over that list (``managed_entries`` picks an entry kind for them) and
 validate.yml renders the same list on the controller and ships it to library/managed_files.py,
-which holds each entry against the node's file (``check``). An entry's kind says what of the
-file site.yml owns:
+which holds each entry against the node's file (``check``). site.yml also records the rendered
+list on each node (the preflight role's preflight_node_managed), and ``ncclprep node preflight``
+holds the node's files against that record (``check_record``): what site.yml wrote, with no
+Ansible. An entry's kind says what of the file site.yml owns:
 
 - ``file``: the whole file, rendered from ``templates/<src>`` (ansible.builtin.template);
 - ``copy``: the whole file, ``files/<src>`` or ``content`` byte for byte (ansible.builtin.copy);
@@ -20,6 +22,7 @@ A row names what differs, with a unified-style diff (expected first: ``-`` what 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import stat
@@ -240,6 +243,53 @@ def check(entry: dict, max_lines: int = 40) -> dict:
     else:
         raise ValueError(f"{path}: kind={kind!r}; valid: {', '.join(KINDS)}")
     return dict(row, kind=kind)
+
+
+def check_all(entries: list[dict], max_lines: int = 40) -> list[dict]:
+    """``check`` for each of ``entries`` (library/managed_files.py's ``files``: each with its
+    ``concern``), one row each with ``concern`` added, in order. Raises ValueError naming the entry
+    (its index and concern) that lacks a field or has an unknown kind."""
+    rows = []
+    for i, entry in enumerate(entries):
+        missing = [k for k in ("concern", "path") if k not in entry]
+        if missing:
+            raise ValueError(f"files[{i}] lacks {missing}: {sorted(entry)}")
+        try:
+            rows.append(dict(check(entry, max_lines), concern=entry["concern"]))
+        except ValueError as exc:
+            raise ValueError(f"files[{i}] ({entry['concern']}): {exc}") from None
+    return rows
+
+
+#: The most a record of managed files may hold (bytes): known_hosts lines for thousands of members
+#: fit many times over; a larger file is not this record.
+RECORD_MAX = 64 << 20
+
+
+def check_record(path: str, max_lines: int = 40) -> tuple[list[dict] | None, str | None]:
+    """The node's managed files against the record site.yml wrote at ``path`` (the preflight role's
+    preflight_node_managed: ``{"version": 1, "files": [library/managed_files.py's entries, as the
+    ncclprep_managed_files lookup rendered them]}``), for ``ncclprep node preflight``'s drift.files.
+    Returns ``(check_all's rows, None)``, or ``(None, why)`` when the record cannot be used: absent
+    (site.yml of an older ncclprep), unreadable (a job's user: the files it names are root's to
+    read), over RECORD_MAX or not such a document. Never raises for the record's content."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(RECORD_MAX + 1)
+    except FileNotFoundError:
+        return None, f"no record of the managed files at {path}: run site.yml with this ncclprep"
+    except OSError as exc:
+        return None, f"the record of the managed files {path} cannot be read: {exc}"
+    if len(data) > RECORD_MAX:
+        return None, f"{path} is over {RECORD_MAX} bytes: not a record of managed files"
+    try:
+        doc = json.loads(data)
+        files = doc["files"]
+        if not isinstance(files, list):
+            raise TypeError(f"files is {type(files).__name__}, not a list")
+        return check_all(files, max_lines), None
+    except (ValueError, KeyError, TypeError) as exc:
+        return None, f"{path} is not a record of managed files: {exc}"
 
 
 def ensure(entry: dict, check_mode: bool = False, max_lines: int = 40) -> dict:

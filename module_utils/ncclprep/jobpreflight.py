@@ -2,6 +2,7 @@
 
     srun --ntasks-per-node=1 ncclprep node preflight [--need K] [--report-dir DIR] [--hostfile PATH]
     pdsh -w node[1-3] ncclprep node preflight --members FILE [--rank N] [--run-id ID] [...]
+    ncclprep node preflight --nodes node1,node2,node3 --rank N [--settings JSON] [...]
 
 One task per node, no Ansible and no SSH. The nodes and their ranks come from the launcher, one of:
 
@@ -12,12 +13,14 @@ One task per node, no Ansible and no SSH. The nodes and their ranks come from th
   (the host name site.yml installed the intent under). The run's id (``--run-id``, else
   NCCLPREP_RUN_ID, else one drawn from the list) seeds the probe; every node must be given the same
   list and id. Ansible's validate.yml, pdsh, clush or a Kubernetes indexed Job start it this way.
+  ``--nodes a,b,c`` gives the same list inline.
 - Slurm's environment, without ``--members``: SLURMD_NODENAME, its index in SLURM_STEP_NODELIST
   (or SLURM_JOB_NODELIST) expanded by ``scontrol show hostnames``; the run's id is the job id.
 
 Everything else comes from the intent document site.yml installed on the
 node (nodecheck.INTENT_FILE; its ``job`` key holds the members' data-plane addresses, the launcher
-and validate.yml's preflight_* settings, so both measure and judge alike). Each task:
+and validate.yml's preflight_* settings, so both measure and judge alike; ``--settings`` changes
+those settings for one run, as validate.yml's -e does: with_settings). Each task:
 
 1. joins the job's store on the first node (data-plane address, port ``net.store_port + 2``,
    JOB_PORT_OFFSET) and posts its GPU count (its ranks: one per GPU, one on a CPU host); the
@@ -25,7 +28,8 @@ and validate.yml's preflight_* settings, so both measure and judge alike). Each 
    node that cannot run (no intent, no torch, down) costs the others that wait, not a hang: the
    rest measure among themselves and the report names it (host.reachable);
 2. reads its node as ``ncclprep node check`` does (facts against the intent; the names it resolves
-   and connects to narrowed to the job's nodes);
+   and connects to narrowed to the job's nodes), logs in to its peers over SSH (ssh.trust) and,
+   started as root, holds the files site.yml manages against its record of them (drift.files);
 3. runs the network probe (netprobe.probe), the collectives and their blame
    (probes/job.py host_collectives), then the template training job through the launcher on exactly
    the job's nodes (ddp_smoke.run_job with NCCLPREP_HOSTFILE), each under its own deadline;
@@ -78,6 +82,7 @@ from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
+from ansible.module_utils.ncclprep.drift import check_record
 from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
 from ansible.module_utils.ncclprep.node import check as nodecheck
 from ansible.module_utils.ncclprep.slurm.claims import CLAIMS_DIR, claim_of, write_claim
@@ -165,6 +170,88 @@ def read_members(path: str) -> list[str]:
     if twice:
         raise Usage(f"--members {path}: {', '.join(twice)} listed twice (one task per node)")
     return names
+
+
+def parse_nodes(text: str) -> list[str]:
+    """``--nodes``' member names, comma-separated in rank order (``node1,node2,node3``). Raises
+    Usage, as read_members does, when it names nobody or someone twice."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise Usage(f"--nodes {text!r}: no member named (names, comma-separated in rank order)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise Usage(f"--nodes: {', '.join(twice)} listed twice (one task per node)")
+    return names
+
+
+#: What --settings may change, section by section: the intent's ``job`` sections (validate.yml's
+#: preflight_* values as site.yml recorded them: roles/preflight/vars/main.yml
+#: __preflight_run_settings, held equal by tests/unit/test_jobpreflight.py) and the node reading's
+#: validate-time options (``node``). Members, launcher, script, CPU binding, the MTU and ssh's user,
+#: key and known_hosts are site.yml's and stay the intent's.
+SETTABLE = {
+    "net": ("enabled", "store_port", "listen_port", "ports", "ephemeral_sample", "latency_samples",
+            "bandwidth_seconds", "matchings", "every_pair", "repair", "max_latency_us", "slow_z", "slow_ratio",
+            "min_gbps", "join_timeout", "step_timeout", "connect_timeout", "timeout"),
+    "probe": ("enabled", "port", "ops", "sizes", "warmup", "iters", "timeout", "join_timeout", "local_ranks", "blame",
+              "blame_timeout"),
+    "smoke": ("enabled", "steps", "accumulation", "timeout"),
+    "ssh": ("enabled", "peers", "timeout", "parallel"),
+    "drift": ("enabled",),
+    "report": ("min_busbw_gbps", "expect_net", "link_floor_ratio"),
+    "node": ("connect_port", "timeout", "dataset_path"),
+}
+
+
+def _same_kind(was: object, value: object) -> bool:
+    """Whether ``value`` may replace ``was``: either is null, both are numbers, or one type."""
+    number = (int, float)
+    if was is None or value is None:
+        return True
+    if isinstance(was, number) and isinstance(value, number):
+        return not isinstance(was, bool) and not isinstance(value, bool) or type(was) is type(value)
+    return type(was) is type(value)
+
+
+def with_settings(doc: dict, text: str | None) -> dict:
+    """The intent document ``doc`` with ``--settings`` applied: ``text`` is a JSON object of
+    sections (SETTABLE), each an object of the keys to change, e.g. ``{"probe": {"timeout": 36},
+    "smoke": {"enabled": false}, "node": {"dataset_path": "/data"}}`` (a launcher's own values for
+    this run, as validate.yml's -e gives them). A copy; ``doc`` is left as it is. ssh null in the
+    intent (the ssh_trust concern off) stays null. Raises Usage naming the key
+    and value that is not JSON, not a known section or key, or not of the intent's kind (null,
+    a number, a string, a boolean, a list)."""
+    if not text:
+        return doc
+    try:
+        given = json.loads(text)
+    except ValueError as exc:
+        raise Usage(f"--settings is not JSON: {exc}") from None
+    if not isinstance(given, dict):
+        raise Usage(f"--settings {text[:80]!r}: a JSON object of sections ({', '.join(SETTABLE)}) expected")
+    out = dict(doc, job=dict(doc.get("job") or {}), node=dict(doc.get("node") or {}))
+    for section, values in given.items():
+        if section not in SETTABLE:
+            raise Usage(f"--settings: unknown section {section!r}; valid: {', '.join(SETTABLE)}")
+        if not isinstance(values, dict):
+            raise Usage(f"--settings: {section} is {values!r}, not an object of the keys to change")
+        mine = out["node"] if section == "node" else out["job"].get(section)
+        if mine is None and section == "ssh":
+            continue
+        mine = dict(mine or {})
+        for key, value in values.items():
+            allowed = SETTABLE[section]
+            if key not in allowed:
+                raise Usage(f"--settings: unknown key {section}.{key}; valid: {', '.join(sorted(allowed))}")
+            if not _same_kind(mine.get(key), value):
+                raise Usage(f"--settings: {section}.{key}={json.dumps(value)}: the intent's is "
+                            f"{json.dumps(mine.get(key))}, of another kind")
+            mine[key] = value
+        if section == "node":
+            out["node"] = mine
+        else:
+            out["job"][section] = mine
+    return out
 
 
 def nodes_digest(nodes: list[str]) -> str:
@@ -262,6 +349,25 @@ def logins(ssh: Mapping | None, me: str, taking: list[str], addresses: list[str]
     return run_in_rounds(mine, {"user": ssh.get("user"), "identity": identity, "port": 22,
                                 "known_hosts": ssh.get("known_hosts"), "timeout": float(ssh.get("timeout") or 15),
                                 "parallel": int(ssh.get("parallel") or 4), "retries": 2})
+
+
+def drift_rows(path: str | None, me: str, say: Callable[[str], None]) -> list[dict] | None:
+    """This node's managed files against the record site.yml wrote at ``path`` (the intent's
+    ``managed``; drift.check_record), as validate.yml's drift check gives them (check drift.files):
+    library/managed_files.py's rows. None, and drift.files SKIP, when not run as root (the record
+    and some files it names are root's: a job's user under srun), or when the record is missing or
+    unusable, each said."""
+    if not path:
+        say(f"{me}: drift.files not read: the intent names no record of the managed files (site.yml of an "
+            "older ncclprep)")
+        return None
+    if os.geteuid() != 0:
+        say(f"{me}: drift.files not read: the managed files are compared only when started as root")
+        return None
+    rows, why = check_record(path)
+    if why:
+        say(f"{me}: drift.files not read: {why}")
+    return rows
 
 
 def options(job: Mapping, names: list[str], addresses: list[str], rank: int, token: str, seed: str,
@@ -403,7 +509,8 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     record: dict = {"alive": True, "facts": None, "intent": doc.get("intent"), "ssh": None, "drift": None,
                     "net": None, "probe": None, "blame": None, "smoke": None, "counters": None}
     say(f"{me}: rank {present.index(rank)} of {world} ({', '.join(taking)}); reading the node")
-    record["ssh"] = logins(settings.get("ssh"), me, taking, [addresses[r] for r in present], run_key(job), say)
+    ssh = settings.get("ssh") if (settings.get("ssh") or {}).get("enabled", True) else None
+    record["ssh"] = logins(ssh, me, taking, [addresses[r] for r in present], run_key(job), say)
     reading = {k: doc.get(k) for k in ("node", "readers", "roce_qos")}
     if reading["node"]:
         reading["node"] = dict(reading["node"], names=[e for e in reading["node"].get("names") or []
@@ -412,6 +519,8 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         record["facts"] = nodecheck.read_node(reading)
     except nodecheck.CouldNotRun as exc:
         say(f"{me}: the node's reading failed: {exc}")
+    if (settings.get("drift") or {}).get("enabled", True):
+        record["drift"] = drift_rows(doc.get("managed"), me, say)
     from ansible.module_utils.ncclprep.probes.net import probe as net_probe
     from ansible.module_utils.ncclprep.probes.net import torch_missing
 
@@ -510,17 +619,19 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
                                     "net_limits": limits})
     cluster["launch"] = {"launcher": job["launcher"], "run_id": job["job_id"], "nodes": job["nodes"]}
     result = verdict(checks, names, opts.need)
+    run_dir = None
     try:
         why = planted_link(opts.report_dir)
         if why:
             raise OSError(why)
-        run_dir = write_reports(opts.report_dir, cluster, records, cluster["generated_at"])
+        if not opts.records:
+            run_dir = write_reports(opts.report_dir, cluster, records, cluster["generated_at"])
     except OSError as exc:
-        run_dir = None
         print(f"ncclprep node preflight: cannot write the reports under {opts.report_dir}: {exc}", file=sys.stderr)
     problems = [f"{c['status']} {c['id']} [{', '.join(c['hosts'])}]: {' '.join(str(c['message']).split())}"
                 for c in checks if c["status"] in BAD]
-    line = f"preflight {result['status']} on {world} nodes, report {run_dir}/summary.md"
+    line = f"preflight {result['status']} on {world} nodes, " + (
+        "the records to the launcher" if opts.records else f"report {run_dir}/summary.md")
     if opts.need:
         line += (f"; vetted {len(result['vetted'])} of {world} (need {opts.need}): {','.join(result['vetted'])}"
                  f"; excluded: {','.join(result['excluded']) or 'none'}")
@@ -540,7 +651,10 @@ def _judge(store, mine: dict, names: list[str], present: list[int], settings: di
     for text in problems:
         print(f"ncclprep node preflight: {text}", file=sys.stderr)
     print(f"ncclprep node preflight: {line}")
-    if opts.json:
+    if opts.records:  # one line, the last: the launcher writes the reports from it (validate.yml)
+        print(json.dumps(dict(result, problems=problems, hosts=names, records=records), sort_keys=True,
+                         default=str))
+    elif opts.json:
         print(json.dumps(dict(result, report_dir=run_dir, problems=problems), sort_keys=True))
     # the others read the verdict from this node's store: keep it up until they have it
     time.sleep(2)
@@ -560,6 +674,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--members", metavar="FILE",
                    help=f"the member names, one a line in rank order, the same file on every node (default "
                         f"${ENV_MEMBERS}; without either, Slurm's job step)")
+    p.add_argument("--nodes", metavar="NAMES",
+                   help="the member names, comma-separated in rank order, in place of --members FILE")
+    p.add_argument("--settings", metavar="JSON",
+                   help="this run's own values over the intent's, as a JSON object of sections: net, probe, smoke, "
+                        "report, ssh (the preflight_* settings site.yml recorded) and node (connect_port, timeout, "
+                        "dataset_path); e.g. '{\"smoke\": {\"enabled\": false}}'")
     p.add_argument("--rank", metavar="N",
                    help=f"with --members: this node's rank (default ${ENV_RANK}, else ${ENV_K8S_INDEX}, else this "
                         "node's place in the list)")
@@ -578,6 +698,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--intent", default=nodecheck.INTENT_FILE,
                    help=f"the intent document (default {nodecheck.INTENT_FILE})")
     p.add_argument("--json", action="store_true", help="the first node also prints the verdict as JSON")
+    p.add_argument("--records", action="store_true",
+                   help="the first node writes no reports and prints, as its last line, the verdict with every "
+                        "node's record (model.HostRecord) as JSON, for a launcher that writes the reports itself "
+                        "(validate.yml)")
     return p
 
 
@@ -589,15 +713,17 @@ def main(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_PASS if exc.code == 0 else EXIT_USAGE
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
-    opts.members = opts.members or env.get(ENV_MEMBERS) or None
+    opts.members = opts.members or (None if opts.nodes else env.get(ENV_MEMBERS)) or None
     opts.rank = opts.rank if opts.rank is not None else env.get(ENV_RANK) or env.get(ENV_K8S_INDEX)
     opts.run_id = opts.run_id or env.get(ENV_RUN_ID) or None
     if opts.need is not None and opts.need < 1:
         print(f"ncclprep node preflight: {host}: --need={opts.need}: valid: an integer >= 1", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if opts.members:
-            nodes = read_members(opts.members)
+        if opts.members and opts.nodes:
+            raise Usage("--members and --nodes both given: one member list")
+        if opts.members or opts.nodes:
+            nodes = parse_nodes(opts.nodes) if opts.nodes else read_members(opts.members)
             doc = nodecheck.intent_document(opts.intent)
             host = doc["host"]
             job = job_from_members(nodes, doc["host"], opts.rank, opts.run_id)
@@ -608,7 +734,7 @@ def main(argv: list[str], env: Mapping[str, str] | None = None) -> int:
             raise Usage(f"--need={opts.need} is more than the step's {len(job['nodes'])} nodes")
         if opts.hostfile is None:
             opts.hostfile = os.path.join(env.get("SLURM_SUBMIT_DIR") or ".", f"ncclprep-hosts.{job['job_id']}")
-        doc = doc or nodecheck.intent_document(opts.intent)
+        doc = with_settings(doc or nodecheck.intent_document(opts.intent), opts.settings)
         return run(doc, job, opts, env)
     except Usage as exc:
         print(f"ncclprep node preflight: {host}: {exc}", file=sys.stderr)

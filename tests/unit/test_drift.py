@@ -20,6 +20,7 @@ from ansible.module_utils.ncclprep.drift import (
     FIELDS,
     KINDS,
     check,
+    check_record,
     compare,
     compare_block,
     compare_lines,
@@ -217,6 +218,36 @@ def test_check_takes_each_kind_and_refuses_an_entry_without_its_field(tmp_path):
         check({"path": str(hosts), "kind": "block", "content": BLOCK})
     with pytest.raises(ValueError, match="kind='link'; valid: file, copy, block, lines"):
         check({"path": str(hosts), "kind": "link"})
+
+
+def test_the_engine_reads_site_ymls_record_and_says_why_when_it_cannot(tmp_path, monkeypatch):
+    """check_record (``ncclprep node preflight``'s drift.files): the entries site.yml recorded,
+    each compared as library/managed_files.py compares it; a record that is missing, not JSON, not
+    such a document, too large or holding a bad entry is no verdict but a reason."""
+    from ansible.module_utils.ncclprep import drift
+
+    conf = tmp_path / "nccl.conf"
+    conf.write_text(CONF + "NCCL_DEBUG=TRACE\n")
+    conf.chmod(0o644)
+    record = tmp_path / "managed.json"
+    entry = {"concern": "nccl_env", "path": str(conf), "kind": "file", "mode": "0644", "content": CONF}
+    record.write_text(json.dumps({"version": 1, "files": [entry]}))
+    rows, why = check_record(str(record))
+    assert why is None
+    assert [(r["concern"], r["kind"], r["state"]) for r in rows] == [("nccl_env", "file", "differs")]
+    assert summary(rows[0]) == f"{conf} differs: +NCCL_DEBUG=TRACE"
+    assert check_record(str(tmp_path / "absent.json")) == (
+        None, f"no record of the managed files at {tmp_path / 'absent.json'}: run site.yml with this ncclprep")
+    for text, reason in (("{not json", "Expecting property name"), ('{"files": {}}', "files is dict, not a list"),
+                         ('{"version": 1}', "'files'"),
+                         (json.dumps({"files": [{"path": str(conf)}]}), "files[0] lacks ['concern']"),
+                         (json.dumps({"files": [dict(entry, kind="sym")]}), "files[0] (nccl_env): ")):
+        record.write_text(text)
+        rows, why = check_record(str(record))
+        assert rows is None and why.startswith(f"{record} is not a record of managed files: ") and reason in why, why
+    monkeypatch.setattr(drift, "RECORD_MAX", 10)
+    record.write_text(json.dumps({"version": 1, "files": []}))
+    assert check_record(str(record)) == (None, f"{record} is over 10 bytes: not a record of managed files")
 
 
 # --- site.yml's side: library/managed_files.py state present ---
@@ -490,9 +521,11 @@ PLAY = """
         - {name: numa_pinning map, ansible.builtin.include_role: {name: numa_pinning, tasks_from: binding.yml}}
         - {name: numa_pinning IRQs, ansible.builtin.include_role: {name: numa_pinning, tasks_from: irq.yml}}
     - name: Compare them as validate.yml does
-      ansible.builtin.include_role: {name: preflight, tasks_from: drift.yml}
+      ansible.builtin.include_role: {name: preflight, tasks_from: drift.yml, public: true}
     - name: Keep the rows
       ansible.builtin.copy: {content: "{{ __preflight_drift.files | to_json }}", dest: "{{ rows_file }}", mode: "0644"}
+    - name: Keep the record of the managed files as site.yml's install.yml writes it
+      ansible.builtin.copy: {content: "{{ __preflight_managed_record }}", dest: "{{ record_file }}", mode: "0600"}
 """
 CONCERNS = ["host_names", "nic_mtu", "rps_rfs", "numa_pinning", "roce_qos", "ssh_trust", "firewall"]
 
@@ -543,6 +576,7 @@ def harness(tmp_path, provision: bool, **fact_args) -> dict:
         (out / "hosts").write_text("127.0.0.1 localhost\n")
     extra = dict(intents, **{k: str(v) for k, v in paths.items()}, fake_facts=facts(**fact_args), provision=provision,
                  concerns=CONCERNS, roles_dir=os.path.join(REPO, "roles"), rows_file=str(tmp_path / "rows.json"),
+                 record_file=str(tmp_path / "record.json"),
                  data_plane_cidr="127.0.0.0/8", ansible_python_interpreter=sys.executable,
                  # torch_runtime: a concern with an intent and no manifest (its venv is no file of drift's)
                  torch_runtime_intent={"version": "2.13.0"},
@@ -558,6 +592,10 @@ def harness(tmp_path, provision: bool, **fact_args) -> dict:
                           env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     rows = json.loads((tmp_path / "rows.json").read_text())
+    # the engine's drift.files (ncclprep node preflight) reads the record, with no Ansible: the
+    # same rows as validate.yml's managed_files module, hand edits included
+    recorded, why = check_record(str(tmp_path / "record.json"))
+    assert why is None and recorded == rows
     return {os.path.relpath(r["path"], out): r for r in rows}
 
 

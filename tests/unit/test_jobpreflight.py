@@ -178,6 +178,53 @@ def test_a_member_launch_takes_its_list_and_rank_from_the_environment_too(tmp_pa
     assert "gpu01 listed twice" in capsys.readouterr().err
 
 
+def test_the_nodes_inline_stand_for_a_member_list_and_the_settings_change_this_runs_values(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """--nodes a,b,c is --members' list inline (validate.yml gives it so, no file to write on every
+    node); --settings changes the intent's settings for one run as validate.yml's -e does, and is
+    refused naming the key and value when it is not JSON, names no known section or key, or is of
+    another kind than the intent's value."""
+    intent = tmp_path / "intent.json"
+    intent.write_text(json.dumps({"version": nodecheck.INTENT_VERSION, "host": "gpu02", "readers": {}, "intent": {},
+                                  "node": {"dataset_path": None, "timeout": 5.0, "cidr": "10.0.0.0/24"},
+                                  "job": dict(SETTINGS, ssh=None, smoke={"enabled": True, "timeout": 120})}))
+    seen = []
+    monkeypatch.setattr(jobpreflight, "run", lambda doc, job, opts, env: seen.append((doc, job)) or 0)
+    given = {"probe": {"timeout": 36, "join_timeout": 12}, "smoke": {"enabled": False},
+             "node": {"dataset_path": "/data"}, "report": {"min_busbw_gbps": 2}, "ssh": {"timeout": 3.0}}
+    env = {"NCCLPREP_MEMBERS": str(tmp_path / "absent")}  # --nodes wins over the environment's list
+    assert jobpreflight.main(["--nodes", "gpu01,gpu02", "--intent", str(intent), "--settings", json.dumps(given)],
+                             env=env) == EXIT_PASS
+    [(doc, job)] = seen
+    assert job["nodes"] == ["gpu01", "gpu02"] and job["rank"] == 1 and job["launcher"] == "members"
+    assert doc["job"]["probe"] == dict(SETTINGS["probe"], timeout=36, join_timeout=12)
+    assert doc["job"]["smoke"] == {"enabled": False, "timeout": 120}
+    assert doc["job"]["report"]["min_busbw_gbps"] == 2 and doc["job"]["net"] == SETTINGS["net"]
+    assert doc["node"] == {"dataset_path": "/data", "timeout": 5.0, "cidr": "10.0.0.0/24"}
+    assert doc["job"]["ssh"] is None  # the ssh_trust concern off stays off
+    assert json.loads(intent.read_text())["job"]["probe"]["timeout"] == 60  # the intent itself is not changed
+    for argv, error in (
+            (["--nodes", "gpu01,gpu01"], "--nodes: gpu01 listed twice"),
+            (["--nodes", " , "], "--nodes ' , ': no member named"),
+            (["--nodes", "gpu02", "--members", str(intent)], "--members and --nodes both given"),
+            (["--nodes", "gpu02", "--settings", "{probe"], "--settings is not JSON: "),
+            (["--nodes", "gpu02", "--settings", "[1]"], "--settings '[1]': a JSON object of sections"),
+            (["--nodes", "gpu02", "--settings", '{"members": {}}'], "--settings: unknown section 'members'; valid: "
+                                                                     "net, probe, smoke, ssh, drift, report, node"),
+            (["--nodes", "gpu02", "--settings", '{"probe": 3}'], "--settings: probe is 3, not an object"),
+            (["--nodes", "gpu02", "--settings", '{"probe": {"timout": 3}}'], "--settings: unknown key probe.timout; "
+                                                                             "valid: blame, blame_timeout, enabled, "),
+            (["--nodes", "gpu02", "--settings", '{"node": {"cidr": "0.0.0.0/0"}}'],
+             "--settings: unknown key node.cidr; valid: connect_port, dataset_path, timeout"),
+            (["--nodes", "gpu02", "--settings", '{"probe": {"timeout": "36"}}'],
+             '--settings: probe.timeout="36": the intent\'s is 60, of another kind'),
+            (["--nodes", "gpu02", "--settings", '{"smoke": {"enabled": 1}}'],
+             "--settings: smoke.enabled=1: the intent's is true, of another kind")):
+        assert jobpreflight.main([*argv, "--intent", str(intent)], env={}) == EXIT_USAGE, argv
+        assert error in capsys.readouterr().err, argv
+    assert len(seen) == 1
+
+
 def test_bad_usage_exits_2_and_a_missing_intent_exits_3(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(jobpreflight, "hostnames", expand)
     assert jobpreflight.main([], env={}) == EXIT_USAGE
@@ -242,10 +289,11 @@ class DictStore:
         return all(k in self.data for k in keys)
 
 
-def one_node_run(tmp_path, monkeypatch, env, **opts):
+def one_node_run(tmp_path, monkeypatch, env, keep=(), doc=None, **opts):
     """``jobpreflight.run`` on a one-node job (gpu01, job 7) with the network probe and the
     collectives off, the smoke step on and its launch recorded instead of run, judged by the run's
-    own checks (host.*, torchrun.*): (exit code, the run_job calls, the report's checks by id)."""
+    own checks (host.*, torchrun.*, and those starting with one of ``keep``; ``doc``: more of the
+    intent document): (exit code, the run_job calls, the report's checks by id)."""
     import argparse
     import json
 
@@ -265,15 +313,15 @@ def one_node_run(tmp_path, monkeypatch, env, **opts):
     # the node's reading is not under test: only the run's own checks are kept
     evaluate = jobpreflight.evaluate
     monkeypatch.setattr(jobpreflight, "evaluate",
-                        lambda *a: [c for c in evaluate(*a) if c["id"].startswith(("host.", "torchrun."))])
+                        lambda *a: [c for c in evaluate(*a) if c["id"].startswith(("host.", "torchrun.", *keep))])
     settings = dict(SETTINGS, members={"gpu01": "10.0.0.1"}, launcher="/usr/local/bin/ncclprep-torchrun",
                     script="/x/ncclprep_train.py", env_file=None,
                     net=dict(SETTINGS["net"], enabled=False), probe=dict(SETTINGS["probe"], enabled=False),
                     smoke={"enabled": True, "steps": 2, "accumulation": 1, "timeout": 60})
     job = {"job_id": "7", "nodes": ["gpu01"], "rank": 0, "node": "gpu01", "launcher": opts.pop("launcher", "slurm")}
     options_ = argparse.Namespace(**{"need": None, "report_dir": str(tmp_path / "reports"), "json": False,
-                                     "hostfile": str(tmp_path / "hosts"), **opts})
-    code = jobpreflight.run({"job": settings, "intent": {}}, job, options_, env)
+                                     "records": False, "hostfile": str(tmp_path / "hosts"), **opts})
+    code = jobpreflight.run({"job": settings, "intent": {}, **(doc or {})}, job, options_, env)
     written = tmp_path / "reports" / "latest" / "cluster.json"
     checks = json.loads(written.read_text())["checks"] if written.exists() else []
     return code, calls, {c["id"]: c for c in checks}
@@ -295,6 +343,21 @@ def test_the_runs_report_follows_the_schema_and_says_which_launcher_started_it(t
         jsonschema.validate(cluster, schema)
         assert cluster["launch"] == {"launcher": launcher, "run_id": "7", "nodes": ["gpu01"]}
     assert [a[0] for a in claims] == ["7"]  # the Slurm run's only
+
+
+def test_for_a_launcher_that_writes_the_reports_the_first_node_prints_the_records(tmp_path, monkeypatch, capsys):
+    """--records (validate.yml's launch): no reports on the node; the last line of the first node's
+    output is the verdict with every node's record, as validate.yml's cluster_report takes them."""
+    code, _, _ = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s"}, records=True)
+    assert code == 0 and not (tmp_path / "reports").exists()
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == "ncclprep node preflight: preflight PASS on 1 nodes, the records to the launcher"
+    last = json.loads(out[-1])
+    assert (last["status"], last["code"], last["hosts"], last["problems"]) == ("PASS", 0, ["gpu01"], [])
+    record = last["records"]["gpu01"]
+    assert record["alive"] is True and record["facts"] == {"hostname": "gpu01"}
+    assert record["smoke"]["status"] == "PASS" and set(record) == {
+        "alive", "facts", "intent", "ssh", "drift", "net", "probe", "blame", "smoke", "counters"}
 
 
 def test_a_node_given_another_run_id_is_told_so_and_left_out(tmp_path, monkeypatch, capsys):
@@ -343,6 +406,38 @@ def test_the_engine_logs_in_to_its_peers_as_ssh_yml_does_and_skips_without_the_k
     assert jobpreflight.logins(ssh, "n2", nodes, addresses, "r", said.append) is None
     assert said[-1] == f"n2: ssh.trust not read: this user cannot read the cluster key {key}"
     assert len(calls) == 1
+
+
+def test_the_engine_compares_the_managed_files_as_root_and_skips_as_a_jobs_user(tmp_path, monkeypatch):
+    """drift.files from the engine (issue 42 item 1): the node's managed files against the record
+    site.yml wrote (the intent's ``managed``), a hand edit named as validate.yml names it; SKIP, each
+    said, for a job's user (the record and the files are root's to read) and without a record."""
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("NCCL_DEBUG=WARN\nNCCL_DEBUG=TRACE\n")
+    conf.chmod(0o644)
+    record = tmp_path / "managed.json"
+    record.write_text(json.dumps({"version": 1, "files": [
+        {"concern": "nccl_env", "path": str(conf), "kind": "file", "mode": "0644", "content": "NCCL_DEBUG=WARN\n"}]}))
+    said = []
+    monkeypatch.setattr(jobpreflight.os, "geteuid", lambda: 0)
+    [row] = jobpreflight.drift_rows(str(record), "gpu01", said.append)
+    assert (row["concern"], row["state"], row["path"]) == ("nccl_env", "differs", str(conf))
+    code, _, checks = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s"}, keep=("drift.",),
+                                   doc={"managed": str(record)})
+    assert code == 1
+    assert checks["drift.files"]["status"] == "FAIL" and checks["drift.files"]["hosts"] == ["gpu01"]
+    assert checks["drift.files"]["message"] == f"gpu01: {conf} differs: +NCCL_DEBUG=TRACE (nccl_env)"
+    assert jobpreflight.drift_rows(None, "gpu01", said.append) is None
+    assert said[-1] == ("gpu01: drift.files not read: the intent names no record of the managed files (site.yml "
+                        "of an older ncclprep)")
+    assert jobpreflight.drift_rows(str(tmp_path / "none.json"), "gpu01", said.append) is None
+    assert said[-1].startswith("gpu01: drift.files not read: no record of the managed files at ")
+    monkeypatch.setattr(jobpreflight.os, "geteuid", lambda: 1000)
+    assert jobpreflight.drift_rows(str(record), "gpu01", said.append) is None
+    assert said[-1] == "gpu01: drift.files not read: the managed files are compared only when started as root"
+    code, _, checks = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s"}, keep=("drift.",),
+                                   doc={"managed": str(record)})
+    assert code == 0 and checks["drift.files"]["status"] == "SKIP"
 
 
 def test_the_hostfile_replaces_a_planted_link_and_writes_nothing_through_it(tmp_path, monkeypatch):

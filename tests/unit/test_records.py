@@ -22,6 +22,7 @@ from conftest import BIN, REPO, load_source
 
 CONCERNS_FILE = os.path.join(REPO, "playbooks", "vars", "concerns.yml")
 REPORT_YML = os.path.join(REPO, "roles", "preflight", "tasks", "report.yml")
+ENGINE_YML = os.path.join(REPO, "roles", "preflight", "tasks", "engine.yml")
 
 CONCERNS = [concerns.name_of(c) for c in concerns.CONCERNS]
 
@@ -140,13 +141,13 @@ def test_build_record_rejects_a_concern_that_is_not_a_name():
 # ---------------------------------------------------------------- the playbook produces exactly that shape
 
 def _report_tasks() -> list[dict]:
-    """The record task and the cluster_report task of report.yml, as they are there."""
-    with open(REPORT_YML, encoding="utf-8") as fh:
-        tasks = yaml.safe_load(fh)
-    wanted = ["Collect every host's record", "Evaluate the checks and write the reports"]
-    found = [t for t in tasks if t.get("name") in wanted]
-    assert [t["name"] for t in found] == wanted
-    assert "ncclprep_host_records" in found[0]["ansible.builtin.set_fact"]["__preflight_records"]
+    """The record task of engine.yml and the cluster_report task of report.yml, as they are there."""
+    found = []
+    for path, name in ((ENGINE_YML, "Take every node's record from the first node"),
+                       (REPORT_YML, "Evaluate the checks and write the reports")):
+        with open(path, encoding="utf-8") as fh:
+            found += [t for t in yaml.safe_load(fh) if t.get("name") == name]
+    assert len(found) == 2
     return found
 
 
@@ -168,29 +169,29 @@ PROBE = {"status": "PASS", "rank": 0, "stage": "done", "hosts": ["fake1"], "miss
 
 
 def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
-    """Two fake hosts on localhost: fake1 with facts, intents and results, fake2 failing early.
-    The record task of report.yml must give each a HostRecord with one intent key per
-    concern; cluster_report (shipped with the checks package by Ansible) evaluates them."""
+    """Two fake hosts on localhost: fake1 the engine's first node, whose last line gives both
+    records, fake2 failing early (unreachable: out of the play). engine.yml's record task must give
+    fake1 its HostRecord as the engine built it and fake2 not alive, whatever the engine said of it;
+    cluster_report (shipped with the checks package by Ansible) evaluates them."""
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"children": {"ncclprep_nodes": {"hosts": {
         "fake1": {"ansible_connection": "local"}, "fake2": {"ansible_connection": "local"}}}}}}))
     facts = {"hostname": "fake1", "versions": {"torch": "2.13.0+cpu"},
              "data_plane": {"interface": "lo", "address": "127.0.0.1", "mtu": 65536, "operstate": "unknown"},
              "interfaces": {"lo": {"mtu": 65536, "operstate": "unknown", "addresses": ["127.0.0.1/8"]}},
              "sysctl_tuning": {"net.core.somaxconn": {"value": "4096", "writable": True}}, "host_names": []}
+    one = {"alive": True, "facts": facts, "ssh": [], "drift": None, "net": NET, "probe": PROBE, "blame": None,
+           "smoke": None, "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}},
+           "intent": dict(dict.fromkeys(CONCERNS), sysctl_tuning={"net.core.somaxconn": 4096},
+                          torch_runtime={"version": "2.13.0", "python": "/opt/ncclprep/venv/bin/python"},
+                          nic_mtu={"interface": "lo", "mtu": 65536},
+                          nccl_env={"NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"})}
+    last = json.dumps({"status": "PASS", "code": 0, "hosts": ["fake1", "fake2"],
+                       "records": {"fake1": one, "fake2": dict(one, facts=None)}})
     setup = [
-        {"name": "Give fake1 node facts", "when": "inventory_hostname == 'fake1'",
-         "ansible.builtin.set_fact": {"ncclprep": facts, "cacheable": True}},
-        {"name": "Give fake1 intents and results", "when": "inventory_hostname == 'fake1'",
-         "ansible.builtin.set_fact": {
-             "sysctl_tuning_intent": {"net.core.somaxconn": 4096},
-             "torch_runtime_intent": {"version": "2.13.0", "python": "/opt/ncclprep/venv/bin/python"},
-             "nic_mtu_intent": {"interface": "lo", "mtu": 65536},
-             "nccl_env_intent": {"NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"},
-             "__preflight_ssh": {"changed": False, "results": []},
-             "__preflight_probe": {"changed": False, "net": NET, "probe": PROBE},
-             "__preflight_smoke": {"changed": False, "skipped": True},
-             "__preflight_counters": {"changed": False,
-                                      "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}},
+        {"name": "Give fake1 the engine's output", "when": "inventory_hostname == 'fake1'",
+         "ansible.builtin.set_fact": {"__preflight_nodes": ["fake1", "fake2"], "__preflight_engine_done": {
+             "rc": 0,
+             "stdout": f"ncclprep node preflight: preflight PASS on 2 nodes, the records to the launcher\n{last}"}}},
         {"name": "Drop fake2 from the play", "when": "inventory_hostname == 'fake2'",
          "ansible.builtin.fail": {"msg": "fake2 is gone"}},
     ]
@@ -209,18 +210,9 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
     records = tasks[-1]["hosts"]["fake1"]["__preflight_records"]
 
     assert set(records) == {"fake1", "fake2"}
-    for host, rec in records.items():
-        assert_is_host_record(host, rec)
-    one, two = records["fake1"], records["fake2"]
-    assert one["alive"] is True and one["facts"] == facts
-    assert one["intent"]["sysctl_tuning"] == {"net.core.somaxconn": 4096}
-    assert one["intent"]["torch_runtime"]["version"] == "2.13.0"
-    assert one["intent"]["nic_mtu"]["mtu"] == 65536
-    assert one["intent"]["firewall"] is None and one["intent"]["host_names"] is None
-    assert one["ssh"] == [] and one["probe"] == PROBE and one["smoke"] is None and one["net"] == NET
-    assert two == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None, "counters": None,
-                   "drift": None,
-                   "net": None, "probe": None, "blame": None, "smoke": None}
+    assert_is_host_record("fake1", records["fake1"])
+    assert records["fake1"] == one
+    assert records["fake2"] == {"alive": False}  # out of the play: not alive, whatever the engine said
 
     (run_dir,) = [p for p in glob.glob(str(reports / "*")) if not os.path.islink(p)]
     cluster_json = os.path.join(run_dir, "cluster.json")

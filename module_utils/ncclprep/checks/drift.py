@@ -17,14 +17,17 @@ from ansible.module_utils.ncclprep.model import Check, Context, HostRecord, make
 def check_drift(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """drift.files: FAIL naming every host with a file not as site.yml would write it,
     measured host -> {path: the diff lines (or the state)}, the message one line per file;
-    SKIP when no host compared its files (turned off, or a member without a data-plane address:
-    the files that list every member cannot be rendered then)."""
+    SKIP when no host compared its files (turned off; a member without a data-plane address: the
+    files that list every member cannot be rendered then; ``ncclprep node preflight`` not started
+    as root, or without site.yml's record of the files)."""
     rows = {h: (r or {}).get("drift") for h, r in records.items()}
     rows = {h: v for h, v in rows.items() if v is not None}
     if not rows:
         return [make_check("drift.files", "SKIP", message="no managed file was compared (preflight_drift_enabled "
-                                                          "is false, or a member was down before its facts were "
-                                                          "read: the files that list every member need them all)")]
+                                                          "is false; a member was down before its facts were "
+                                                          "read: the files that list every member need them all; "
+                                                          "or ncclprep node preflight ran as a job's user, or "
+                                                          "without site.yml's record of the files)")]
     bad = {h: [f for f in files if f["state"] != "ok"] for h, files in rows.items()}
     bad = {h: files for h, files in bad.items() if files}
     n = sum(len(files) for files in rows.values())
