@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Benchmark: how close the collective probe gets to the wire. nccl_probe's all_reduce busbw at
-its largest size against the single-stream TCP throughput net_probe measures between the same two
+"""Benchmark: how close the collective probe gets to the wire. the preflight's all_reduce busbw at
+its largest size against the single-stream TCP throughput its network probe measures between the same two
 nodes, both in one validate.yml run, as a ratio; with the probe's message size and iteration
 count varied side by side to show what limits it.
 
     .venv/bin/python bench/fidelity.py [--pair node1,node2] [--runs 3]
 
-Every run is ``validate.yml --limit A,B --tags facts,net,probe`` (the preflight's own net_probe and
-nccl_probe, nothing else; no reports), only all_reduce, net_probe's stream held for
+Every run is ``validate.yml --limit A,B --tags facts,net,probe`` (the engine's network probe and
+collectives, nothing else), only all_reduce, the probe's stream held for
 ``--tcp-seconds`` (default 1 s rather than the preflight's 0.25 s, for a steadier denominator).
 Variants alternate within each round so the machine's noise falls on all alike:
 
@@ -53,7 +53,7 @@ def one_run(inventory: str, pair: list[str], sizes: list[int], iters: int, tcp_s
                                "preflight_probe_blame": False})]
     run = benchlib.playbook("validate", inventory, extra, timeout=timeout)
     busbw, tcp = None, {}
-    results = []  # (host, a module's result or a host's record): nccl_probe's and net_probe's before issue
+    results = []  # (host, a module's result or a host's record): the modules' before issue
     # 42, every node's record from the engine (roles/preflight/tasks/engine.yml) after it
     for play in run.json().get("plays", []):
         for task in play.get("tasks", []):
@@ -65,13 +65,13 @@ def one_run(inventory: str, pair: list[str], sizes: list[int], iters: int, tcp_s
         if isinstance(res.get("probe"), dict) and res["probe"].get("results") is not None:
             probe = res["probe"]
             if probe.get("status") != "PASS":
-                raise RuntimeError(f"{host}: nccl_probe {probe.get('status')}: {probe.get('error')}")
+                raise RuntimeError(f"{host}: the collectives {probe.get('status')}: {probe.get('error')}")
             rows = [r for r in probe["results"] if r.get("op") == "all_reduce" and "busbw_gbps" in r]
             top = max(r["size_bytes"] for r in rows)
             busbw = min(r["busbw_gbps"] for r in rows if r["size_bytes"] == top)
         if isinstance(res.get("net"), dict) and res["net"].get("links") is not None:
             if res["net"].get("status") != "PASS":
-                raise RuntimeError(f"{host}: net_probe {res['net'].get('status')}: {res['net'].get('error')}")
+                raise RuntimeError(f"{host}: the network probe {res['net'].get('status')}: {res['net'].get('error')}")
             for link in res["net"]["links"]:
                 if link.get("bandwidth_gbps") is not None:
                     key = (link["src"], link["dst"])
@@ -86,7 +86,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", default="node1,node2", help="the two inventory hosts (default node1,node2)")
     ap.add_argument("--runs", type=int, default=3, help="rounds of all variants (default 3)")
-    ap.add_argument("--tcp-seconds", type=float, default=1.0, help="net_probe's stream, s (default 1)")
+    ap.add_argument("--tcp-seconds", type=float, default=1.0, help="the network probe's stream, s (default 1)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
     ap.add_argument("--inventory", default="inventory/local")
     ap.add_argument("--timeout", type=int, default=600)

@@ -46,7 +46,8 @@ import tempfile
 import benchlib
 
 STAGES = ["start", "facts", "checks", "probes", "torchrun", "engine", "report", "exit"]
-# (facts.yml: node_facts and ssh_mesh before the node was read in one run in read.yml; kept for --against)
+# (the files of older trees, kept for --against: facts.yml, node_facts and the SSH logins before
+# read.yml; every stage but engine before issue 42)
 STAGE_OF_FILE = {"main.yml": "facts", "facts.yml": "facts", "read.yml": "facts", "ssh.yml": "facts",
                  "concerns.yml": "checks",
                  "drift.yml": "checks", "net.yml": "probes", "probe.yml": "probes", "blame.yml": "probes",
@@ -98,7 +99,7 @@ def main() -> int:
     ap.add_argument("--no-cluster", action="store_true",
                     help="use the inventory as it is (one size): no bring-up, no site.yml")
     ap.add_argument("--baseline", action="store_true",
-                    help="alternate every run with one without net_probe and drift, and print the ratio")
+                    help="alternate every run with one without the network probe and drift, and print the ratio")
     ap.add_argument("--timeout", type=int, default=900, help="deadline of one playbook run, s (default 900)")
     ap.add_argument("--target-s", type=float, default=45.0)
     ap.add_argument("--target-ratio", type=float, default=1.3)
@@ -168,7 +169,7 @@ def measure(ap: argparse.ArgumentParser, args: argparse.Namespace, other: str | 
         print(f"      per host: {work_line(runs)}")
         if args.baseline:
             base = statistics.median(r[0].wall_s for r in by_variant["baseline"])
-            print(f"      without net_probe and drift {base:.1f} s; full / baseline {med_wall[n] / base:.2f}")
+            print(f"      without the network probe and drift {base:.1f} s; full / baseline {med_wall[n] / base:.2f}")
         if other:
             rev = by_variant[args.against]
             rev_wall = statistics.median(r[0].wall_s for r in rev)

@@ -111,7 +111,7 @@ def main() -> int:
     ap.add_argument("--noise", type=float, default=0.05, help="lognormal sigma of every measurement (default 0.05)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--net-round-s", type=float, default=0.96,
-                    help="wall seconds of one round of the network probe (default 0.96: net_probe's elapsed_s "
+                    help="wall seconds of one round of the network probe (default 0.96: the network probe's elapsed_s "
                          "3.83 s over its 4 rounds at 8 local nodes, docs/benchmarks.md)")
     ap.add_argument("--coll-round-s", type=float, default=None,
                     help="wall seconds of one round of the collective blame (measured: docs/scale.md); "

@@ -38,7 +38,6 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     parse_cidr,
 )
 from ansible.module_utils.ncclprep.probes.net import min_deadline  # noqa: E402
-from ansible.module_utils.ncclprep.probes.sshmesh import targets as mesh_targets  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import keys_to_set, parse_trial, proc_path  # noqa: E402
 from ansible.module_utils.ncclprep.parsers.sysctl import normalize  # noqa: E402
@@ -362,15 +361,6 @@ def irqs_to_pin(irq: dict | None, current: dict | None) -> list:
     return irqs_off(irq, current or {})
 
 
-def ssh_targets(members: dict, me: str, alive: list, limit=None, seed: str = "") -> list[dict]:
-    """ssh_mesh targets for ``me`` (sshmesh.targets): ``[{host, name}]``, by inventory name then
-    data-plane address, for the peers in ``alive`` (the play's live hosts), at most ``limit``."""
-    try:
-        return mesh_targets(members, me, alive, None if limit is None else int(limit), seed)
-    except ValueError as exc:
-        raise AnsibleFilterError(f"{me}: preflight_ssh_peers={limit!r}: {exc}") from None
-
-
 def net_min_deadline(join_timeout, connect_timeout, step_timeout, bandwidth_seconds, mtu=None) -> int:
     """netprobe.min_deadline rounded up to whole seconds: the shortest preflight_net_timeout
     under which a node lost mid-run is named rather than every probe killed at the deadline."""
@@ -410,7 +400,6 @@ class FilterModule:
             "ncclprep_member_duplicates": member_duplicates,
             "ncclprep_key_source": key_source,
             "ncclprep_in_cidr": in_cidr,
-            "ncclprep_ssh_targets": ssh_targets,
             "ncclprep_irqs_to_pin": irqs_to_pin,
             "ncclprep_sysctl_value": sysctl_value,
             "ncclprep_sysctl_errors": sysctl_errors,

@@ -18,6 +18,8 @@ description:
     finish is reported as C(HANG) with the last lines it printed (e.g. the rendezvous
     warnings of an unresolvable MASTER_ADDR).
   - Changes nothing on the node except a temporary folder removed afterwards.
+  - "An ad hoc run of the job (C(ansible all -m torchrun_smoke), bench/train_savings.py): the preflight
+    engine (C(ncclprep node preflight)) runs the same job itself (module_utils/ncclprep/probes/smoke.py)."
 options:
   launcher: {type: path, default: /usr/local/bin/ncclprep-torchrun, description: The torchrun launcher.}
   script: {type: path, default: /usr/local/share/ncclprep/ncclprep_train.py, description: The template training job.}
@@ -43,12 +45,6 @@ options:
     default: []
     description: "More arguments for O(script), e.g. [--sync-every-micro-batch, --powersgd-rank, '4']
       (bench/train_savings.py uses them)."
-  counters:
-    type: list
-    elements: str
-    description: "When set, the port error counters are read once the job is over (module port_counters:
-      every RDMA port and these netdevs, the data-plane interface), returned in RV(counters): validate.yml's
-      last reading of them, in the job that runs last, not a module run of its own. Unset, none are read."
 author: ncclprep contributors
 """
 
@@ -76,16 +72,11 @@ smoke:
     error: {type: str, description: Why it failed or hung.}
     log_tail: {type: list, description: Last lines the job printed.}
     elapsed_s: {type: float, description: Seconds the job took.}
-counters:
-  description: With O(counters), the port error counters once the job is over (library/port_counters.py RETURN).
-  returned: when O(counters) is set
-  type: dict
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.portstate import read_counters
 from ansible.module_utils.ncclprep.probes import smoke as ddp_smoke
 
 
@@ -102,7 +93,6 @@ def main() -> None:
             check=dict(type="bool", default=True),
             nonce=dict(type="str", no_log=True),
             job_args=dict(type="list", elements="str", default=[]),
-            counters=dict(type="list", elements="str"),
         ),
         supports_check_mode=True,
     )
@@ -110,8 +100,7 @@ def main() -> None:
     host = os.uname().nodename
 
     def done(smoke: dict) -> None:
-        extra = {} if p["counters"] is None else {"counters": read_counters("/sys", p["counters"])}
-        module.exit_json(changed=False, smoke=smoke, **extra)
+        module.exit_json(changed=False, smoke=smoke)
 
     missing = [f"{key}={p[key]} is not {what}" for key, mode, what in
                (("launcher", os.X_OK, "an executable file"), ("script", os.R_OK, "a readable file"))

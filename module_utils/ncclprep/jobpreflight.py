@@ -30,9 +30,10 @@ those settings for one run, as validate.yml's -e does: with_settings). Each task
 2. reads its node as ``ncclprep node check`` does (facts against the intent; the names it resolves
    and connects to narrowed to the job's nodes), logs in to its peers over SSH (ssh.trust) and,
    started as root, holds the files site.yml manages against its record of them (drift.files);
-3. runs the network probe (netprobe.probe), the collectives and their blame
-   (probes/job.py host_collectives), then the template training job through the launcher on exactly
-   the job's nodes (ddp_smoke.run_job with NCCLPREP_HOSTFILE), each under its own deadline;
+3. runs the network probe (probes/net.py probe), the collectives and their blame
+   (probes/job.py host_collectives), then the template training job through the launcher on the
+   job's nodes still there after them (still_here; ddp_smoke.run_job with NCCLPREP_HOSTFILE), each
+   under its own deadline;
 4. posts its record (model.HostRecord) to the store.
 
 The first node waits for every record (a node that posts none by the deadline is reported not
@@ -372,9 +373,9 @@ def drift_rows(path: str | None, me: str, say: Callable[[str], None]) -> list[di
 
 def options(job: Mapping, names: list[str], addresses: list[str], rank: int, token: str, seed: str,
             local_ranks: list[int]) -> dict:
-    """The network probe's and the collectives' options for this node (netprobe.ARGUMENT_SPEC's
-    keys; library/nccl_probe.py's), from the intent's ``job`` settings (validate.yml's
-    preflight_* values) and the job's nodes in rank order."""
+    """The network probe's and the collectives' options for this node (``net``: probes/net.py
+    ARGUMENT_SPEC's keys; ``probe``: probes/job.py host_collectives'), from the intent's ``job``
+    settings (validate.yml's preflight_* values) and the job's nodes in rank order."""
     net, probe = job["net"], job["probe"]
     net_opts = {k: net[k] for k in ("store_port", "listen_port", "ports", "ephemeral_sample", "mtu",
                                     "latency_samples", "bandwidth_seconds", "matchings", "every_pair", "repair",
@@ -391,6 +392,23 @@ def options(job: Mapping, names: list[str], addresses: list[str], rank: int, tok
         "blame_timeout": probe["blame_timeout"], "blame_floor": job["report"]["min_busbw_gbps"],
         "slow_z": net["slow_z"], "slow_ratio": net["slow_ratio"]}
     return {"net": net_opts, "probe": probe_opts}
+
+
+def bad_settings(job: Mapping, names: list[str], addresses: list[str], rank: int) -> None:
+    """Raises Usage naming the host, the option and its value when the settings (the intent's, with
+    --settings over them) give the network probe (probes/net.py bad_input) or the collectives
+    (probes/job.py bad_options) an invalid option: before anything joins or measures."""
+    from ansible.module_utils.ncclprep.probes.job import bad_options
+    from ansible.module_utils.ncclprep.probes.net import bad_input
+
+    o = options(job, names, addresses, rank, "-", "-", [1] * len(names))
+    why = (bad_input(o["net"]) if job["net"]["enabled"] else None) or (
+        bad_options(o["probe"], names[rank]) if job["probe"]["enabled"] else None)
+    peers = (job.get("ssh") or {}).get("peers")
+    if not why and peers is not None and (isinstance(peers, bool) or not isinstance(peers, int) or peers < 1):
+        why = f"{names[rank]}: ssh.peers={peers!r} (preflight_ssh_peers): valid: an integer >= 1, null: every peer"
+    if why:
+        raise Usage(f"the preflight settings: {why}")
 
 
 def net_limits(job: Mapping) -> dict:
@@ -461,6 +479,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     names, addresses = job_members(settings["members"], job["nodes"])
     rank, world = job["rank"], len(names)
     me = names[rank]
+    bad_settings(settings, names, addresses, rank)
     token, sealed = job_token(env, job["job_id"])
     if rank == 0 and not sealed:
         say(f"{ENV_TOKEN} not set: the job's stores are not sealed (only the firewall guards them)")
@@ -547,16 +566,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         say(f"{me}: the training smoke job not run: {ENV_TOKEN} not set")
         record["smoke"] = {"status": "SKIP", "error": SMOKE_UNSEALED, "host": me}
     elif settings["smoke"]["enabled"] and settings.get("launcher"):
-        from ansible.module_utils.ncclprep.probes.smoke import run_job
-
-        smoke = settings["smoke"]
-        say(f"{me}: the training smoke job through {settings['launcher']} (deadline {smoke['timeout']} s)")
-        with tempfile.NamedTemporaryFile("w", prefix="ncclprep-job-", suffix=".hosts") as fh:
-            fh.write("".join(f"{n}\n" for n in taking))
-            fh.flush()
-            record["smoke"] = run_job(settings["launcher"], settings["script"], f"ncclprep-preflight-{job['job_id']}",
-                                      smoke["steps"], smoke["accumulation"], 25, smoke["timeout"], True, token, [],
-                                      me, env={"NCCLPREP_HOSTFILE": fh.name})
+        record["smoke"] = _smoke(store, settings, job, names, present, rank, token)
     netdev = ((record["facts"] or {}).get("data_plane") or {}).get("interface")
     if netdev:
         from ansible.module_utils.ncclprep.portstate import read_counters
@@ -575,6 +585,43 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     if job["launcher"] == "slurm":
         _leave_claim(job["job_id"], result.get("claim"), me)
     return result["code"]
+
+
+def still_here(store, present: list[int], rank: int, deadline_s: float) -> list[int]:
+    """The ranks (of the job's nodes) still here once the probes are done: a rendezvous ``smoke``
+    among ``present`` (the ranks that joined), decided by the first node within ``deadline_s``
+    seconds, the same list on every node. The training job's launcher waits for every node it is
+    given, so a node lost since the join (frozen, gone) would hang it on all the others. Raises
+    StoreTampered or RuntimeError as netutil.rendezvous does."""
+    got = rendezvous(store, Keeper(store), present.index(rank), len(present), "smoke", "ready", deadline_s, 15)
+    return [present[i] for i in sorted(got)]
+
+
+def _smoke(store, settings: dict, job: dict, names: list[str], present: list[int], rank: int, token: str) -> dict:
+    """This node's part of the training smoke job (probes/smoke.py run_job) on the nodes still here
+    (still_here), or a SKIP saying why it did not run."""
+    from ansible.module_utils.ncclprep.probes.smoke import run_job
+
+    me, smoke = names[rank], settings["smoke"]
+    try:
+        here = still_here(store, present, rank, settings["probe"]["join_timeout"])
+    except (StoreTampered, RuntimeError) as exc:
+        return {"status": "SKIP", "host": me, "error": f"the training smoke job was not run: no word from "
+                                                       f"{names[present[0]]} on who is still here: {exc}"}
+    if rank not in here:
+        return {"status": "SKIP", "host": me, "error": "the training smoke job was not run on this node: it finished "
+                                                      "its probes after the first node's deadline"}
+    gone = [names[r] for r in present if r not in here]
+    if gone:
+        say(f"{me}: {', '.join(gone)} not there after the probes: the training job runs without them")
+    say(f"{me}: the training smoke job through {settings['launcher']} on {len(here)} nodes (deadline "
+        f"{smoke['timeout']} s)")
+    with tempfile.NamedTemporaryFile("w", prefix="ncclprep-job-", suffix=".hosts") as fh:
+        fh.write("".join(f"{names[r]}\n" for r in here))
+        fh.flush()
+        return run_job(settings["launcher"], settings["script"], f"ncclprep-preflight-{job['job_id']}",
+                       smoke["steps"], smoke["accumulation"], 25, smoke["timeout"], True, token, [], me,
+                       env={"NCCLPREP_HOSTFILE": fh.name})
 
 
 def _leave_claim(job_id: str, claim: dict | None, me: str) -> None:

@@ -6,8 +6,8 @@ links to blame, sorted, no duplicates), ``measured``, ``expected`` (any JSON val
 ``message`` (one line) and ``remediation`` (one line).
 
 A host record (``HostRecord``) is what the preflight knows about one host at the end of
-the run; ``build_record`` makes it from that host's variables (the filter
-``ncclprep_host_records`` in filter_plugins/records.py calls it from report.yml).
+the run; the preflight engine builds it on each node (jobpreflight.py) and its first node
+gathers them all.
 
 Pure Python, no Ansible: imported as ``ansible.module_utils.ncclprep.model``.
 """
@@ -38,31 +38,30 @@ class Check(TypedDict):
 class HostRecord(TypedDict):
     """Everything the checks know about one host.
 
-    - ``alive``: False when the host failed or became unreachable during the run (it is no
-      longer in ``ansible_play_hosts``); True otherwise.
-    - ``facts``: ``ansible_facts.ncclprep``: what node_facts read (see library/node_facts.py
-      RETURN) and, under ``facts[<concern>]``, each concern's live state read by
-      its reader (module_utils/ncclprep/concerns/<concern>.py); None when the host gave no
-      facts (unreachable before the checks). Checks compare ``intent[<concern>]`` with these.
-    - ``intent``: concern name -> ``<name>_intent`` of that host (the desired state the
-      concern's role computed, e.g. ``intent["sysctl_tuning"]`` the merged sysctl dict,
-      ``intent["torch_runtime"]["version"]`` the pinned torch, ``intent["nic_mtu"]["mtu"]``
-      the MTU in bytes), or None where the concern is off or its intent was not computed.
-      Holds exactly one key per concern of concerns.CONCERNS.
-    - ``ssh``: the ssh_mesh module's ``results`` run on this host (``[{host, name, ok, cause,
-      explanation}]``), or None when it did not run.
-    - ``counters``: the port_counters module's ``counters`` read when the run ends (the
-      error counters of the RDMA ports and the data-plane netdev; ``facts["counters"]`` holds
-      them as read when it started), or None when it did not run.
-    - ``drift``: the managed_files module's ``files`` rows (every file site.yml manages on
-      the host, compared with what it would write now), or None when it did not run.
-    - ``net``: the net_probe module's ``net`` result (the directions this host measured as
-      the sender), or None when it did not run.
-    - ``probe``: the nccl_probe module's ``probe`` result, or None when it did not run.
+    - ``alive``: False when the host never took part (unreachable, its engine failed, or it
+      did not join the first node's store by the deadline); True otherwise.
+    - ``facts``: what the node's reading gave (node/read.py read_node, as library/node_facts.py
+      returns it) and, under ``facts[<concern>]``, each concern's live state read by its reader
+      (module_utils/ncclprep/concerns/<concern>.py); None when the reading failed. Checks
+      compare ``intent[<concern>]`` with these.
+    - ``intent``: concern name -> that concern's intent on the host (the desired state its role
+      computed and site.yml installed, e.g. ``intent["sysctl_tuning"]`` the merged sysctl dict,
+      ``intent["torch_runtime"]["version"]`` the pinned torch, ``intent["nic_mtu"]["mtu"]`` the
+      MTU in bytes), or None where the concern is off or its intent was not computed.
+    - ``ssh``: this host's logins to its peers (probes/sshmesh.py run_in_rounds: ``[{host,
+      name, ok, cause, explanation}]``), or None when they did not run.
+    - ``counters``: the port error counters read when the run ends (portstate.read_counters:
+      the RDMA ports' and the data-plane netdev's; ``facts["counters"]`` holds them as read
+      when it started), or None when not read.
+    - ``drift``: the rows of drift.check_all (every file site.yml manages on the host, against
+      its record of what it wrote), or None when not compared.
+    - ``net``: the network probe's result (probes/net.py probe: the directions this host
+      measured as the sender), or None when it did not run.
+    - ``probe``: the collectives' result (probes/job.py host_collectives), or None.
     - ``blame``: the collective blame run after bad collectives (the same on every host):
       ``{trigger: collectives.collective_trigger, verdict: blame.collective_plan's last plan,
       rounds: its history}``, or None when the collectives needed none.
-    - ``smoke``: the torchrun_smoke module's ``smoke`` result, or None when it did not run.
+    - ``smoke``: the training smoke job's result (probes/smoke.py run_job), or None.
 
     Checks also accept partial records (absent keys read as None; absent ``alive`` as True).
     """
@@ -77,28 +76,6 @@ class HostRecord(TypedDict):
     probe: dict | None
     blame: dict | None
     smoke: dict | None
-
-
-#: Where the preflight role registers each module result: record key -> the (variable, key in it)
-#: places to look, the first one holding the key wins.
-RESULT_VARS = {
-    "ssh": (("__preflight_ssh", "results"),),
-    # the smoke job reads them once it is over; port_counters where no smoke job ran
-    "counters": (("__preflight_smoke", "counters"), ("__preflight_counters", "counters")),
-    "drift": (("__preflight_drift", "files"),),
-    "net": (("__preflight_probe", "net"),),  # one job: the network probe, then the collectives
-    "probe": (("__preflight_probe", "probe"),),
-    "blame": (("__preflight_blame", "blame"),),
-    "smoke": (("__preflight_smoke", "smoke"),),
-}
-
-
-def _result(hostvars: Mapping[str, Any], places: tuple) -> Any:
-    for var, field in places:
-        value = (hostvars.get(var) or {}).get(field)
-        if value is not None:
-            return value
-    return None
 
 
 @dataclass(frozen=True)
@@ -123,30 +100,9 @@ class Context:
     #: (ethtool's, Gb/s / 8 in GB/s); None: no floor from the link speed.
     link_floor_ratio: float | None = 0.1
 
-    #: The net.* limits cluster_report passes (all but link_floor_ratio are also
-    #: library/net_probe.py options of the same names).
+    #: The net.* limits cluster_report passes (all but link_floor_ratio are also the network
+    #: probe's options of the same names, probes/net.py ARGUMENT_SPEC).
     NET_LIMITS = ("max_latency_us", "slow_z", "slow_ratio", "min_gbps", "link_floor_ratio")
-
-
-def build_record(hostvars: Mapping[str, Any], alive: bool, concern_names: Iterable[str]) -> HostRecord:
-    """One host's ``HostRecord`` from its variables (``hostvars[host]`` on the controller).
-
-    ``concern_names``: the concern names of concerns.CONCERNS; ``intent[name]`` is
-    the variable ``<name>_intent`` or None where it is undefined. ``facts`` is
-    ``ansible_facts.ncclprep`` or None; ``ssh``, ``probe`` and ``smoke`` come from the
-    registered results named in RESULT_VARS (None when absent or skipped).
-    Raises TypeError naming the bad value when a concern name is not a non-empty string.
-    """
-    intent: dict[str, Any] = {}
-    for name in concern_names:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"concern name {name!r} is not a non-empty string")
-        intent[name] = hostvars.get(f"{name}_intent")
-    facts = (hostvars.get("ansible_facts") or {}).get("ncclprep")
-    results = {key: _result(hostvars, places) for key, places in RESULT_VARS.items()}
-    return HostRecord(alive=bool(alive), facts=facts, intent=intent, ssh=results["ssh"],
-                      counters=results["counters"], drift=results["drift"], net=results["net"],
-                      probe=results["probe"], blame=results["blame"], smoke=results["smoke"])
 
 
 def make_check(cid: str, status: str, hosts: Iterable[str] = (), measured: Any = None, expected: Any = None,

@@ -115,7 +115,7 @@ class StoreTampered(RuntimeError):
     """A value in a probe's store that this run's nodes did not write (its MAC does not hold)."""
 
 
-#: The largest value a probe writes (net_probe: a node's first-phase rows; torch's keys are
+#: The largest value a probe writes (the network probe: a node's first-phase rows; torch's keys are
 #: a few hundred bytes); more is not this run's.
 MAX_STORE_VALUE = 4 << 20
 #: What compare_set(key, ABSENT, ABSENT) answers for a key the store does not hold: a read that

@@ -4,8 +4,9 @@ Skipped without CUDA. Run on a GPU machine with ``python -m pytest tests/gpu`` (
 Iterating); set NCCLPREP_GPU_OUT to a folder to keep the tool output read there (a
 real ``nvidia-smi topo -m`` for the parser tests).
 
-- library/nccl_probe.py run as Ansible runs it, backend auto, world size 1, under the run token:
-  it picks nccl, its forked rank runs every op correctly on the GPU, NCCL's version reported.
+- the engine's collectives (probes/job.py host_collectives, as ``ncclprep node preflight`` runs
+  them, in a process of their own), backend auto, world size 1, under the run token: it picks
+  nccl, its forked rank runs every op correctly on the GPU, NCCL's version reported.
 - The sealed store (netutil.signed_store, review F9) under ProcessGroupNCCL: every key torch
   writes through it is sealed with the run token and refused under another.
 - node_facts' GPU readings (hostinfo.gpu_topology): ``nvidia-smi topo -m`` read and parsed
@@ -48,19 +49,27 @@ def keep(name: str, text: str) -> None:
             fh.write(text)
 
 
-def test_nccl_probe_picks_nccl_and_every_op_is_correct_on_the_gpu(tmp_path):
-    """library/nccl_probe.py as Ansible runs it (AnsibleModule, backend auto, ranks forked by the
-    deadline runner), world size 1, under a run token."""
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
-        "rank": 0, "hosts": ["gpu1"], "master_addr": "127.0.0.1", "master_port": free_port(), "ops": OPS,
-        "sizes": [4096, 1 << 20, 64 << 20], "iters": 5, "timeout": 120, "join_timeout": 30, "token": TOKEN,
-        "local_ranks": [1]}}))
-    boot = ("import runpy, sys, ncclprep; path = sys.argv[1]; sys.argv = [path, sys.argv[2]]; "
-            "runpy.run_path(path, run_name='__main__')")
-    out = subprocess.run([sys.executable, "-c", boot, os.path.join(REPO, "library", "nccl_probe.py"), str(args)],
-                         capture_output=True, text=True, timeout=240)
-    keep("nccl_probe.json", out.stdout + "\n" + out.stderr[-5000:])
+def test_the_engines_collectives_pick_nccl_and_every_op_is_correct_on_the_gpu(tmp_path):
+    """The engine's collectives (jobpreflight.options, then probes/job.py host_collectives) in a
+    fresh process, as ``ncclprep node preflight`` runs them (no CUDA before its ranks fork), world
+    size 1, under a run token."""
+    net = {"store_port": 29520, "listen_port": 29521, "ports": [], "ephemeral_sample": 0, "mtu": None,
+           "latency_samples": 10, "bandwidth_seconds": 0.25, "matchings": 1, "every_pair": False, "repair": 0,
+           "max_latency_us": None, "slow_z": -3.5, "slow_ratio": 0.5, "min_gbps": None, "join_timeout": 30,
+           "step_timeout": 2.0, "connect_timeout": 1.0, "timeout": 60}
+    settings = {"net": net, "report": {"min_busbw_gbps": None},
+                "probe": {"port": free_port(), "ops": OPS, "sizes": [4096, 1 << 20, 64 << 20], "warmup": 1,
+                          "iters": 5, "timeout": 120, "join_timeout": 30, "blame": False, "blame_timeout": 30}}
+    args = tmp_path / "settings.json"
+    args.write_text(json.dumps(settings))
+    boot = ("import json, sys, ncclprep\n"
+            "from ansible.module_utils.ncclprep.jobpreflight import options\n"
+            "from ansible.module_utils.ncclprep.probes.collectives import rank_layout\n"
+            "from ansible.module_utils.ncclprep.probes.job import host_collectives\n"
+            f"o = options(json.load(open(sys.argv[1])), ['gpu1'], ['127.0.0.1'], 0, '{TOKEN}', 'gpu-test', [1])\n"
+            "print(json.dumps({'probe': host_collectives(o['probe'], 'gpu1', rank_layout([1], 1), None)}))\n")
+    out = subprocess.run([sys.executable, "-c", boot, str(args)], capture_output=True, text=True, timeout=240)
+    keep("collectives.json", out.stdout + "\n" + out.stderr[-5000:])
     assert out.stdout.strip(), out.stderr[-3000:]
     result = json.loads(out.stdout[out.stdout.index("{"):])
     probe = result.get("probe") or {}

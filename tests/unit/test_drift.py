@@ -1,7 +1,8 @@
 """Drift of managed files (module_utils/ncclprep/drift.py, checks/drift.py, library/managed_files.py)
 and the manifests the roles write from (roles/<concern>/vars/main.yml <concern>_managed_files): every
 kind of entry compared for real, the manifests held against the roles' tasks, and validate.yml's
-drift.yml run through ansible-playbook on localhost against files the roles' own tasks wrote."""
+the record site.yml writes (managed.yml, run through ansible-playbook on localhost) held by the
+engine's check_record against files the roles' own tasks wrote."""
 
 from __future__ import annotations
 
@@ -498,7 +499,7 @@ def test_a_boot_unit_entry_renders_boot_units_template_with_the_vars_its_role_im
     assert unit_vars["boot_unit_name"] == f"{{{{ {unit_name} }}}}"
 
 
-# --- validate.yml's drift.yml on localhost, against files the roles' own tasks wrote ---
+# --- site.yml's record of the managed files on localhost, against files the roles' own tasks wrote ---
 
 PLAY = """
 - name: Drift harness
@@ -520,12 +521,15 @@ PLAY = """
         - {name: nic_mtu, ansible.builtin.include_role: {name: nic_mtu, tasks_from: persist.yml}}
         - {name: numa_pinning map, ansible.builtin.include_role: {name: numa_pinning, tasks_from: binding.yml}}
         - {name: numa_pinning IRQs, ansible.builtin.include_role: {name: numa_pinning, tasks_from: irq.yml}}
-    - name: Compare them as validate.yml does
-      ansible.builtin.include_role: {name: preflight, tasks_from: drift.yml, public: true}
-    - name: Keep the rows
-      ansible.builtin.copy: {content: "{{ __preflight_drift.files | to_json }}", dest: "{{ rows_file }}", mode: "0644"}
-    - name: Keep the record of the managed files as site.yml's install.yml writes it
+    - name: Render them as site.yml's install.yml does
+      ansible.builtin.include_role: {name: preflight, tasks_from: managed.yml, public: true}
+    - name: Keep the record of the managed files as install.yml writes it
       ansible.builtin.copy: {content: "{{ __preflight_managed_record }}", dest: "{{ record_file }}", mode: "0600"}
+    - name: Compare them with the managed_files module too
+      managed_files: {state: check, files: "{{ __preflight_managed }}"}
+      register: checked
+    - name: Keep the module's rows
+      ansible.builtin.copy: {content: "{{ checked.files | to_json }}", dest: "{{ rows_file }}", mode: "0644"}
 """
 CONCERNS = ["host_names", "nic_mtu", "rps_rfs", "numa_pinning", "roce_qos", "ssh_trust", "firewall"]
 
@@ -591,11 +595,10 @@ def harness(tmp_path, provision: bool, **fact_args) -> dict:
                            "-e", f"@{tmp_path / 'extra.json'}"],
                           env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    rows = json.loads((tmp_path / "rows.json").read_text())
-    # the engine's drift.files (ncclprep node preflight) reads the record, with no Ansible: the
-    # same rows as validate.yml's managed_files module, hand edits included
-    recorded, why = check_record(str(tmp_path / "record.json"))
-    assert why is None and recorded == rows
+    # the engine's drift.files (ncclprep node preflight, which validate.yml starts) reads the record,
+    # with no Ansible: the rows the managed_files module gives, hand edits included
+    rows, why = check_record(str(tmp_path / "record.json"))
+    assert why is None and rows == json.loads((tmp_path / "rows.json").read_text())
     return {os.path.relpath(r["path"], out): r for r in rows}
 
 
@@ -614,7 +617,7 @@ def rps_unit(script: str) -> str:
 @pytest.fixture(scope="module")
 def provisioned(tmp_path_factory):
     """The roles' own tasks wrote their files (rps_rfs's as its tested template and unit give them);
-    drift.yml then compared every one."""
+    the engine then compared every one against site.yml's record."""
     tmp = tmp_path_factory.mktemp("drift")
     node = tmp / "node"
     node.mkdir()
@@ -626,7 +629,7 @@ def provisioned(tmp_path_factory):
     return tmp, harness(tmp, provision=True)
 
 
-def test_every_file_the_roles_wrote_is_as_validate_yml_renders_it(provisioned):
+def test_every_file_the_roles_wrote_is_as_site_yml_records_it(provisioned):
     _, rows = provisioned
     assert {p: (r["concern"], r["kind"], r["state"]) for p, r in rows.items()} == {
         "hosts": ("host_names", "block", "ok"),

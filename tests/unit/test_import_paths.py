@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 
-import pytest
 from conftest import ANSIBLE_JSON_ENV as ENV
 from conftest import BIN, REPO
 
@@ -40,74 +39,6 @@ def test_module_gets_module_utils_shipped_by_ansible():
     row = facts["host_names"][0]
     assert row["name"] == "localhost" and "127.0.0.1" in row["addresses"] and row["reachable"] is True
     assert facts["versions"]["torch"].startswith("2.13.0")
-
-
-def test_nccl_probe_module_names_a_rank_that_never_arrives():
-    pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    res = adhoc("nccl_probe", {"rank": 0, "hosts": ["node1", "ghost"], "master_addr": "127.0.0.1",
-                               "master_port": port, "ops": ["all_reduce"], "sizes": [4096],
-                               "timeout": 8, "join_timeout": 3})
-    probe = res["probe"]
-    assert probe["status"] == "HANG" and probe["stage"] == "rendezvous"
-    assert probe["missing_hosts"] == ["ghost"] and probe["backend"] == "gloo"
-    assert probe["elapsed_s"] < 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_nccl_probe_runs_the_network_probe_then_the_collectives_in_one_job():
-    """Issue 24: one job per node for the network probe and the collectives (one process, one torch
-    import). Two nodes on 127.0.0.1 and 127.0.0.2, each one `ansible` run at the same moment: both
-    return the network probe's measured directions and the collectives' PASS; a third host without
-    a data-plane address would run no net probe (wait_for_net: the others arrive that much later)."""
-    pytest.importorskip("torch")
-    from concurrent.futures import ThreadPoolExecutor
-
-    hosts, addresses = ["node1", "node2"], ["127.0.0.1", "127.0.0.2"]
-    store, listen, master = _free_port(), _free_port(), _free_port()
-
-    def one(rank):
-        net = {"rank": rank, "hosts": hosts, "addresses": addresses, "store_port": store, "listen_port": listen,
-               "token": "t0k", "ephemeral_sample": 0, "latency_samples": 10, "bandwidth_seconds": 0.05,
-               "matchings": 0, "repair": 0, "join_timeout": 15, "step_timeout": 1, "connect_timeout": 0.5,
-               "timeout": 40}
-        return adhoc("nccl_probe", {"rank": rank, "hosts": hosts, "master_addr": addresses[0], "master_port": master,
-                                    "ops": ["all_reduce"], "sizes": [4096], "timeout": 40, "join_timeout": 20,
-                                    "token": "t0k", "net": net}, timeout=150)
-
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(one, [0, 1]))
-    for rank, res in enumerate(results):
-        assert res["net"]["status"] == "PASS", res["net"]
-        assert res["net"]["host"] == hosts[rank]
-        row = res["net"]["links"][0]
-        assert (row["src"], row["dst"]) == (hosts[rank], hosts[1 - rank])
-        assert row["latency_us"]["p50"] > 0 and row["bandwidth_gbps"] > 0
-        assert res["probe"]["status"] == "PASS", res["probe"]
-        assert res["probe"]["results"][0]["op"] == "all_reduce" and res["probe"]["world_size"] == 2
-
-
-def test_nccl_probe_refuses_a_bad_net_option_before_running():
-    res = adhoc("nccl_probe", {"rank": 0, "hosts": ["node1"], "master_addr": "127.0.0.1",
-                               "net": {"rank": 0, "hosts": ["node1"], "addresses": ["127.0.0.1"], "token": "x",
-                                       "store_port": 70000}})
-    assert res["failed"] and "net: node1: store_port=70000 is not a TCP port (1..65535)" in res["msg"]
-    res = adhoc("nccl_probe", {"rank": 0, "hosts": ["node1"], "master_addr": "127.0.0.1", "wait_for_net": -1})
-    assert res["failed"] and "wait_for_net=-1" in res["msg"]
-
-
-def test_nccl_probe_module_rejects_bad_arguments_naming_them():
-    res = adhoc("nccl_probe", {"rank": 5, "hosts": ["node1"], "master_addr": "127.0.0.1"})
-    assert res["failed"] and "rank=5 is outside 0..0" in res["msg"]
-    res = adhoc("nccl_probe", {"rank": 0, "hosts": ["node1"], "master_addr": "127.0.0.1", "ops": ["allreduce"]})
-    assert res["failed"] and "unknown collective(s) in ops: ['allreduce']" in res["msg"]
 
 
 def test_filter_plugin_imports_module_utils_on_the_controller(tmp_path):

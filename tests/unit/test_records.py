@@ -1,5 +1,5 @@
-"""The per-host record (HostRecord): built by the filter report.yml calls, with exactly the
-typed shape, one intent key per concern of the registry; then evaluated by cluster_report."""
+"""The per-host record (HostRecord): the typed shape the engine builds on every node, taken by
+validate.yml from the engine's first node (engine.yml) and evaluated by cluster_report."""
 
 from __future__ import annotations
 
@@ -11,23 +11,17 @@ import sys
 import types
 import typing
 
-import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
 from ansible.module_utils.ncclprep import concerns
-from ansible.module_utils.ncclprep.checks import HostRecord, build_record
-from ansible.module_utils.ncclprep.model import RESULT_VARS
+from ansible.module_utils.ncclprep.checks import HostRecord
 from conftest import ANSIBLE_JSON_ENV as ENV
-from conftest import BIN, REPO, load_source
+from conftest import BIN, REPO
 
 CONCERNS_FILE = os.path.join(REPO, "playbooks", "vars", "concerns.yml")
 REPORT_YML = os.path.join(REPO, "roles", "preflight", "tasks", "report.yml")
 ENGINE_YML = os.path.join(REPO, "roles", "preflight", "tasks", "engine.yml")
 
 CONCERNS = [concerns.name_of(c) for c in concerns.CONCERNS]
-
-records_filters = load_source("ncclprep_records_filters", "filter_plugins/records.py")
-host_records = records_filters.FilterModule().filters()["ncclprep_host_records"]
 
 HINTS = typing.get_type_hints(HostRecord)
 
@@ -61,81 +55,6 @@ def test_conforms_tells_the_annotations_apart():
 def test_host_record_documents_every_field():
     for key in HINTS:
         assert f"``{key}``" in HostRecord.__doc__, key
-
-
-# ---------------------------------------------------------------- build_record and the filter
-
-FACTS = {"hostname": "n1", "data_plane": {"interface": "eth0", "address": "10.0.0.1", "mtu": 9000}}
-
-
-def test_record_keys_intent_by_concern_and_reads_the_registered_results():
-    hv = {"ansible_facts": {"ncclprep": FACTS, "hostname": "n1"},
-          "sysctl_tuning_intent": {"net.core.somaxconn": 65535},
-          "torch_runtime_intent": {"version": "2.13.0", "python": "/opt/ncclprep/venv/bin/python"},
-          "__preflight_ssh": {"changed": False, "results": [{"host": "n2", "name": "n2", "ok": True}]},
-          "__preflight_drift": {"changed": False, "files": []},
-          # one job: the network probe's result beside the collectives'
-          "__preflight_probe": {"changed": False, "net": {"status": "PASS", "links": []}, "probe": {"status": "PASS"}},
-          "__preflight_smoke": {"changed": False, "skipped": True},
-          "__preflight_counters": {"changed": False, "counters": {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}}}
-    rec = build_record(hv, True, CONCERNS)
-    assert_is_host_record("n1", rec)
-    assert rec["facts"] == FACTS
-    assert rec["intent"]["sysctl_tuning"] == {"net.core.somaxconn": 65535}
-    assert rec["intent"]["torch_runtime"]["version"] == "2.13.0"
-    assert rec["intent"]["firewall"] is None
-    assert rec["ssh"] == [{"host": "n2", "name": "n2", "ok": True}]
-    assert rec["probe"] == {"status": "PASS"} and rec["smoke"] is None
-    assert rec["net"] == {"status": "PASS", "links": []} and rec["drift"] == []
-    assert rec["counters"] == {"rdma": {}, "net": {"eth1": {"carrier_changes": 2}}}
-    assert rec["blame"] is None
-    assert set(RESULT_VARS) == {"ssh", "counters", "drift", "net", "probe", "blame", "smoke"}
-
-
-def test_host_without_anything_is_a_full_record_of_nones():
-    rec = build_record({}, False, CONCERNS)
-    assert_is_host_record("n2", rec)
-    assert rec == {"alive": False, "facts": None, "intent": dict.fromkeys(CONCERNS), "ssh": None,
-                   "counters": None, "drift": None, "net": None, "probe": None, "blame": None, "smoke": None}
-
-
-def test_the_counters_come_from_the_smoke_job_where_it_read_them_else_from_port_counters():
-    """Issue 24: the smoke job, which runs last, reads the port counters once it is over (no module run
-    of their own); where no smoke job ran, the port_counters task's reading is the record's."""
-    after_job = {"rdma": {}, "net": {"eth1": {"rx_errors": 5}}}
-    own = {"rdma": {}, "net": {"eth1": {"rx_errors": 1}}}
-    hv = {"__preflight_smoke": {"smoke": {"status": "PASS"}, "counters": after_job},
-          "__preflight_counters": {"changed": False, "skipped": True}}
-    assert build_record(hv, True, CONCERNS)["counters"] == after_job
-    hv = {"__preflight_smoke": {"changed": False, "skipped": True}, "__preflight_counters": {"counters": own}}
-    assert build_record(hv, True, CONCERNS)["counters"] == own
-    assert build_record({}, True, CONCERNS)["counters"] is None
-
-
-def test_filter_covers_every_host_and_marks_the_dropped_ones():
-    hostvars = {"n1": {"ansible_facts": {"ncclprep": FACTS}}, "n2": {}, "other": {}}
-    out = host_records(hostvars, ["n1", "n2"], ["n1"], (c for c in CONCERNS))
-    assert list(out) == ["n1", "n2"]
-    assert out["n1"]["alive"] is True and out["n2"]["alive"] is False
-    for host, rec in out.items():
-        assert_is_host_record(host, rec)
-
-
-@pytest.mark.parametrize("args,message", [
-    ((["n1", "ghost"], ["n1"], ["nic_mtu"]), "host 'ghost' of all_hosts is not in hostvars (hosts there: n1)"),
-    (("n1", ["n1"], ["nic_mtu"]), "all_hosts='n1' is not a list of names"),
-    ((["n1"], ["n1"], ["nic_mtu", None]), "concern_names holds [None]"),
-    ((["n1"], None, ["nic_mtu"]), "alive_hosts=None is not a list of names"),
-])
-def test_filter_names_the_bad_argument(args, message):
-    with pytest.raises(AnsibleFilterError) as err:
-        host_records({"n1": {}}, *args)
-    assert message in str(err.value)
-
-
-def test_build_record_rejects_a_concern_that_is_not_a_name():
-    with pytest.raises(TypeError, match="concern name 3"):
-        build_record({}, True, ["nic_mtu", 3])
 
 
 # ---------------------------------------------------------------- the playbook produces exactly that shape

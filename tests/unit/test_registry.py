@@ -109,8 +109,8 @@ def test_an_intent_is_its_modules_function_of_declared_inputs(concern):
     the module's ``intent``, which gets the variables of INTENT_VARS and the facts of INTENT_FACTS
     only (concerns.intent_inputs). Each of INTENT_VARS is a variable of a concern's role (its
     defaults), the membership or the intent of a concern before it in the registry; never a fact.
-    validate.yml includes the file for the role's variables and computes every intent itself, in one
-    task through the same lookup (roles/preflight/tasks/concerns.yml): ncclprep_intents_together."""
+    A play may include the file for the role's variables only and compute every intent itself, in
+    one task through the same lookup (ncclprep_intents_together)."""
     tasks = load(os.path.join(REPO, "roles", concern, "tasks", "intent.yml"))
     assert [{k: v for k, v in t.items() if k != "name"} for t in tasks] == [
         {"ansible.builtin.set_fact": {f"{concern}_intent": f"{{{{ query('ncclprep_intent', '{concern}') | first }}}}"},
@@ -264,8 +264,8 @@ def test_every_role_variable_facts_and_intent_read_has_a_default(concern):
 
 
 def test_the_intent_lookup_computes_several_concerns_in_order_each_seeing_the_ones_before():
-    """validate.yml computes every intent of a node in one task (roles/preflight/tasks/concerns.yml):
-    ``query('ncclprep_intent', 'sysctl_tuning', 'rps_rfs')`` gives both intents, rps_rfs's flow count
+    """Every intent of a node in one task: ``query('ncclprep_intent', 'sysctl_tuning', 'rps_rfs')``
+    gives both intents, rps_rfs's flow count
     split from the rps_sock_flow_entries of the sysctl_tuning intent computed in the same call (no
     sysctl_tuning_intent among the variables), and the same intents one concern at a time."""
     from ansible.errors import AnsibleLookupError

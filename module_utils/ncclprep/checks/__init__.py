@@ -1,18 +1,19 @@
 """The checks of validate.yml: per-host records in, an ordered list of checks out.
 
-The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on the controller by
-``model.build_record`` (filter ``ncclprep_host_records``, roles/preflight/tasks/report.yml)::
+The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on each node by the
+preflight engine (jobpreflight.py; its first node gathers them, and validate.yml takes them from
+it, roles/preflight/tasks/engine.yml)::
 
-    {"alive": bool,              # False: failed or unreachable during the run
-     "facts": dict | None,       # ansible_facts.ncclprep (node_facts, and facts[<concern>]); None: no facts
-     "intent": {<concern>: ...}, # <concern>_intent per concern of concerns.CONCERNS, or None
-     "ssh": list | None,         # ssh_mesh results run on the host
-     "counters": dict | None,    # port_counters result when the run ends (facts.counters: when it starts)
-     "net": dict | None,         # net_probe result (directions this host sent)
-     "drift": list | None,       # managed_files rows (files site.yml manages, compared)
-     "probe": dict | None,       # nccl_probe result
+    {"alive": bool,              # False: never took part (unreachable, failed, or joined too late)
+     "facts": dict | None,       # the node's reading (node/read.py, and facts[<concern>]); None: none
+     "intent": {<concern>: ...}, # each concern's intent as site.yml installed it, or None
+     "ssh": list | None,         # the logins to its peers (probes/sshmesh.py)
+     "counters": dict | None,    # the port error counters when the run ends (facts.counters: when it starts)
+     "net": dict | None,         # the network probe's result (directions this host sent)
+     "drift": list | None,       # drift.check_all rows (files site.yml manages, against its record)
+     "probe": dict | None,       # the collectives' result (probes/job.py)
      "blame": dict | None,       # the collective blame (pairs, bisect) after bad collectives
-     "smoke": dict | None}       # torchrun_smoke result
+     "smoke": dict | None}       # the training smoke job's result (probes/smoke.py)
 
 The check model. A check (``Check``) is ``{id, status, hosts, measured, expected, message,
 remediation}``: a stable dotted id, a status of STATUSES (BAD ones fail the run), the hosts
@@ -59,7 +60,6 @@ from ansible.module_utils.ncclprep.model import (
     Check,
     Context,
     HostRecord,
-    build_record,
     make_check,
     overall,
     verdict,
@@ -67,7 +67,7 @@ from ansible.module_utils.ncclprep.model import (
 
 __all__ = [
     "BAD", "CONCERN_MODULES", "NODE_MODULES", "PREFLIGHT_MODULES", "REGISTRY", "STATUSES", "SUPPORT_MODULES",
-    "Check", "Context", "Entry", "HostRecord", "build_record", "evaluate", "evaluate_node", "make_check", "overall",
+    "Check", "Context", "Entry", "HostRecord", "evaluate", "evaluate_node", "make_check", "overall",
     "summarize_collectives", "summarize_network", "verdict",
 ]
 

@@ -1,4 +1,4 @@
-"""collective.run and collective.<op> (preflight's own checks): the nccl_probe results."""
+"""collective.run and collective.<op> (preflight's own checks): the collectives' results."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Chec
     """Collectives ran on every rank, gave correct results, and (optionally) reached a busbw floor.
 
     ``records``: every host's record, also those without facts; record ``probe``: the
-    nccl_probe result {status (PASS, FAIL, HANG, SKIP), hosts (the ranks), stage,
+    collectives' result (probes/job.py host_collectives) {status (PASS, FAIL, HANG, SKIP), hosts (the ranks), stage,
     missing_hosts, error, results}. The ranks are the hosts the probe was started with.
     collective.run: HANG naming the ranks that never arrived (or the hung hosts); FAIL with
     the probe error, explained when it is a known torch.distributed failure, naming the ranks
@@ -74,7 +74,7 @@ def check_collectives(records: dict[str, HostRecord], ctx: Context) -> list[Chec
     for op, why in skipped:
         out.append(make_check(f"collective.{op}", "SKIP", message=f"{op}: {why}"))
     summary = summarize_collectives(records)
-    # one rank per host, or the hosts' local ranks together (nccl_probe's world_size)
+    # one rank per host, or the hosts' local ranks together (the collectives' world_size)
     world = max([(p or {}).get("world_size") or 0 for p in probes.values()] + [len(ranks)])
     for op, rows in summary.items():
         wrong_hosts = sorted(h for h, p in probes.items()

@@ -9,7 +9,7 @@ uses, and the error counters of every port the run crossed.
   ``NCCL_IB_GID_INDEX`` (NCCL environment variable documentation), so a RoCE port without a
   RoCE v2 GID, or an ``NCCL_IB_GID_INDEX`` (nccl_env intent) that is not RoCE v2 there, fails.
 - links.counters: the counters of portstate.py read when the run starts (node_facts'
-  ``counters``) and when it ends (port_counters, record key ``counters``). Any growth is a
+  ``counters``) and when it ends (the engine's last reading, record key ``counters``). Any growth is a
   FAIL naming the host, the port and the counters with their growth: a link that went down
   (``link_downed``, ``carrier_changes``) or took errors (symbol, receive, CRC) while the
   preflight ran; a counter that went down (a reset) cannot be judged and gives WARN.

@@ -1,6 +1,6 @@
-"""net.* (preflight's own checks): the network between nodes as net_probe measured it.
+"""net.* (preflight's own checks): the network between nodes as the network probe measured it.
 
-Each host's record ``net`` is its net_probe result (library/net_probe.py RETURN): the
+Each host's record ``net`` is its network probe's result (probes/net.py ``probe``): the
 directions it measured as the sender, ``links`` rows ``{src, dst, phase, latency_us: {p50,
 p99}, bandwidth_gbps, path_mtu: {mtu, ok, largest}, ports: {port: verdict}, hang, error}``,
 and who was ``missing_hosts`` / ``gone_hosts``.
@@ -102,7 +102,7 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
 
 
 def store_states(nets: dict[str, dict]) -> dict[str, str]:
-    """host -> the state in which its probe found the store on the first node (net_probe's
+    """host -> the state in which its probe found the store on the first node (the network probe's
     ``store_state``: ``tampered``, ``lost``, ``unreached``), for the hosts whose probe found it
     failing. A result without one (a node that runs an older ncclprep: the job's preflight and
     the re-test run the installed one) is read from its ``store_error``."""

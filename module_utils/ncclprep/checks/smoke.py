@@ -12,14 +12,17 @@ def check_smoke(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """torchrun.smoke: the torchrun DDP job finished on every node with identical parameters everywhere.
 
     ``records``: every host's record, also those without facts; record ``smoke``: the
-    torchrun_smoke result {status (PASS, FAIL, HANG, SKIP), error, log_tail (lines), workers
-    [{rank, world_size, params_identical}]}. SKIP when it ran nowhere (disabled, --limit, a
-    host gone); HANG/FAIL naming the hosts without a result, else those that failed or hung,
+    training job's result (probes/smoke.py run_job) {status (PASS, FAIL, HANG, SKIP), error,
+    log_tail (lines), workers [{rank, world_size, params_identical}]}. Hosts that never took part
+    (``alive`` false) are host.reachable's and left out. SKIP when it ran nowhere (disabled,
+    --limit, a host gone); HANG/FAIL naming the hosts without a result, else those that failed or hung,
     explained from log_tail when it is a known torch.distributed failure (else quoting the last
     line the first of them printed); FAIL when the workers
     do not add up to one world size; else PASS measuring workers and world size.
     """
-    smokes = {h: (records.get(h) or {}).get("smoke") for h in ctx.all_hosts}
+    # a host that never took part is host.reachable's, not the job's: the job ran without it
+    smokes = {h: (records.get(h) or {}).get("smoke") for h in ctx.all_hosts
+              if (records.get(h) or {}).get("alive", True)}
     smokes = {h: (None if s and s.get("status") == "SKIP" else s) for h, s in smokes.items()}
     if not any(smokes.values()):
         return [make_check("torchrun.smoke", "SKIP",

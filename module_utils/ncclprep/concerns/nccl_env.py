@@ -204,7 +204,7 @@ def check_env(env: dict, interfaces: list[str] | None = None) -> tuple[list[str]
 
     - an unknown ``NCCL_*`` name is an error naming the closest known name;
     - a name outside NAME_PREFIXES, or a value with a character outside VALUE_CHARS, is an
-      error (``entry_problem``): the launcher and nccl_probe read the file literally, and no
+      error (``entry_problem``): the launcher and the preflight engine read the file literally, and no
       value may mean anything to a shell;
     - a deprecated name is a warning and is renamed to its successor in ``effective``;
     - a switch (SWITCHES) must be 0 or 1, an integer (INTS) inside its range, an enumerated

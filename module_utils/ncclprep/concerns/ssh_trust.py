@@ -1,7 +1,7 @@
 """The ssh_trust concern: every node logs in to every other as the trust account, host keys checked.
 
 Reading (``read``): the account's home, the host keys and whether the role may write its .ssh.
-Intent: ``intent``. Check: ``ssh.trust`` (from ssh_mesh's runs).
+Intent: ``intent``. Check: ``ssh.trust`` (from the engine's logins, probes/sshmesh.py).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     """ssh.trust: every node logs in to every other node, by name and by data-plane address,
     with host keys checked and no prompt.
 
-    record ``ssh``: the ssh_mesh module's results [{host, name, ok, cause, explanation}] run on
+    record ``ssh``: the engine's logins' results [{host, name, ok, cause, explanation}] run on
     that host (None: not run; no check when it ran nowhere). Links to a host without facts are
     left to host.reachable. FAIL names each link ``src -> dst`` (measured: link -> ["name: cause
     (explanation)"]); WARN, when every login passed but some only on a retry (results'

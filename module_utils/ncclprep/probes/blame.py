@@ -1,6 +1,6 @@
 """Blame: which measurements are slow, and whether a node or a link is at fault.
 
-Pure functions shared by the net_probe workers (which pick the suspects to re-pair in the
+Pure functions shared by the network probe's workers (which pick the suspects to re-pair in the
 run itself) and the checks (which name the node or link in the report), so the rule has
 one home.
 
@@ -332,7 +332,7 @@ def blame_round(plan: Mapping, probes: Mapping[str, Mapping | None]) -> dict:
     """One history entry of ``collective_plan`` from the round's probe results.
 
     ``plan``: the round that ran (``{"stage", "groups"}``); ``probes``: host -> that round's
-    nccl_probe ``probe`` (the first host of each group is read; None: it did not report,
+    collectives' result (the first host of each group is read; None: it did not report,
     HANG). busbw is the lowest over the round's ops at its largest size (GB/s)."""
     groups = []
     for g in plan["groups"]:

@@ -1,4 +1,4 @@
-"""The collective blame, run by nccl_probe itself after the collectives (issue 24, review R3).
+"""The collective blame, run by the probe job itself after the collectives (probes/job.py) (issue 24, review R3).
 
 When the collectives went wrong on the whole cluster (``collectives.collective_trigger``:
 a FAIL, a HANG with every rank present, a busbw below the floor), the blame pairs the nodes and
@@ -118,12 +118,12 @@ def run_blame(dist, node_rank: int, hosts: list[str], addresses: list[str], port
 
     ``dist``: torch.distributed (its TCPStore); ``addresses``: each host's data-plane address, in
     ``hosts`` order (a group's first node hosts its store there); ``probe``: this node's result of
-    the collectives (nccl_probe's ``probe``); ``run_group(group, master_addr, master_port, ops)``:
+    the collectives (the collectives' result); ``run_group(group, master_addr, master_port, ops)``:
     runs this node's ranks in a round's group (hosts in group order) and returns that result;
     ``floor``, ``z``, ``ratio``: as ``collective_plan`` takes them (busbw floor in GB/s, GB = 1e9
     bytes); ``token``: the run's secret that seals every value (None: unsealed);
     ``round_timeout_s``: one round's deadline, as ``run_group`` keeps it; ``gather_timeout_s``: how
-    long node rank 0 waits for the others' results, and they for its store (nccl_probe: what is
+    long node rank 0 waits for the others' results, and they for its store (the probe job: what is
     left of the collectives' deadline, plus their join).
 
     Returns, on node rank 0, None when the collectives need no blame, else

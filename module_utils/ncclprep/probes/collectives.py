@@ -413,7 +413,7 @@ def summarize_collectives(records: dict[str, dict]) -> dict:
     """Merge every rank's rows: per op and size the slowest rank's time and the busbw it gives.
 
     ``records``: host -> a host record (model.HostRecord) or any mapping whose ``probe.results``
-    are nccl_probe rows ``{op, size_bytes, time_us, algbw_gbps, busbw_gbps, wrong}`` (rows with
+    are the collectives' rows ``{op, size_bytes, time_us, algbw_gbps, busbw_gbps, wrong}`` (rows with
     ``skipped`` are left out).
     Returns ``{op: [{size_bytes, time_us_max, algbw_gbps, busbw_gbps, wrong, slowest_host}]}``,
     sizes ascending (bandwidths in GB/s, GB = 1e9 bytes, from the slowest rank, as nccl-tests
@@ -440,10 +440,10 @@ def summarize_collectives(records: dict[str, dict]) -> dict:
 
 
 def collective_trigger(probes: dict[str, dict | None], floor: float | None = None) -> dict:
-    """Whether the collective blame (blame.collective_plan, run by nccl_probe's job:
+    """Whether the collective blame (blame.collective_plan, run by the engine's probe job:
     collective_blame.py) should run after the probe on all hosts, and on which op.
 
-    ``probes``: host -> nccl_probe ``probe`` result (None where it did not run). Runs when a
+    ``probes``: host -> the collectives' result (None where it did not run). Runs when a
     probe FAILed (an error or wrong elements), HANGed with every rank present (an op that
     never completed; a rank that never arrived is already named, and pairing it would only
     hang again), or when an op's busbw at the largest size (``summarize_collectives``, the

@@ -1,7 +1,6 @@
 """A node's probe job: the collectives on this node's ranks, then, when they went wrong, the
-collective blame's rounds (library/nccl_probe.py and ``ncclprep node preflight`` run it). It sits
-above collectives.py (one run of ranks) and collective_blame.py (the rounds), which never import
-it."""
+collective blame's rounds (``ncclprep node preflight``, jobpreflight.py, runs it). It sits above
+collectives.py (one run of ranks) and collective_blame.py (the rounds), which never import it."""
 
 from __future__ import annotations
 
@@ -11,14 +10,32 @@ import shutil
 import tempfile
 
 from ansible.module_utils.ncclprep.probes.collective_blame import run_blame
-from ansible.module_utils.ncclprep.probes.collectives import nccl_log_summary, run_local_ranks
+from ansible.module_utils.ncclprep.probes.collectives import SUPPORTED, nccl_log_summary, run_local_ranks
+
+
+def bad_options(p: dict, host: str) -> str | None:
+    """The first invalid option of the collectives' options ``p`` (jobpreflight.options' ``probe``),
+    as a message naming ``host``, the option and its value; None when they are valid: every op one
+    SUPPORTED by NCCL, sizes positive byte counts, the join deadline below the run's, a blame round
+    of at least 10 s (half of it for the ranks to arrive)."""
+    bad = [op for op in p["ops"] if op not in SUPPORTED["nccl"]]
+    if bad:
+        return f"{host}: unknown collective(s) in ops: {bad}; valid: {sorted(SUPPORTED['nccl'])}"
+    if not p["sizes"] or any(int(s) <= 0 for s in p["sizes"]):
+        return f"{host}: sizes must be positive byte counts, got {p['sizes']}"
+    if p["join_timeout"] >= p["timeout"]:
+        return f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
+    if p["blame"] and p["blame_timeout"] < 10:
+        return f"{host}: blame_timeout={p['blame_timeout']}: valid: an integer >= 10"
+    return None
 
 
 def host_collectives(p: dict, host: str, offsets: list, torch_error: str | None) -> dict:
-    """This host's part of the collectives (and of the blame, with ``p["blame"]``): library/nccl_probe.py's
-    ``probe`` result (its RETURN). ``p``: nccl_probe's options (its argument spec's keys), as the module
-    and ``ncclprep node preflight`` (jobpreflight.py) pass them; ``offsets``: rank_layout of the hosts'
-    local ranks. Raises nothing: every failure is a status in the result."""
+    """This host's part of the collectives (and of the blame, with ``p["blame"]``): ``{status, rank,
+    host, hosts, backend, stage, results (one row per op and size: op, size_bytes, count, time_us,
+    algbw_gbps, busbw_gbps, wrong), missing_ranks, missing_hosts, error, ...}``. ``p``: the options of
+    jobpreflight.options' ``probe``; ``offsets``: rank_layout of the hosts' local ranks. Raises
+    nothing: every failure is a status in the result."""
     if torch_error:
         # A measurement result, not a task error: the other ranks report this rank missing.
         return {"status": "FAIL", "rank": p["rank"], "host": host, "stage": "start", "results": [],

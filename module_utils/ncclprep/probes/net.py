@@ -732,9 +732,9 @@ def _second_phase(store, keeper: Keeper, hosts: list[str], present: list[int], g
 
 # ---------------------------------------------------------------- the module's options and run
 
-#: The net probe's options as an Ansible argument spec: library/net_probe.py's own, and the ``net``
-#: option of library/nccl_probe.py, which runs the probe first in the same job (one process, one
-#: torch import). Documented in library/net_probe.py.
+#: The net probe's options, as an Ansible argument spec (types, defaults): what jobpreflight.options
+#: gives ``probe`` from the preflight's settings (the preflight role's preflight_net_* variables,
+#: documented in roles/preflight/meta/argument_specs.yml), checked by ``bad_input``.
 ARGUMENT_SPEC = dict(
     rank=dict(type="int", required=True),
     hosts=dict(type="list", elements="str", required=True),
@@ -810,7 +810,9 @@ def bad_input(p: dict) -> str | None:
 def probe(p: dict, torch_error: str | None = None) -> dict:
     """Run this node's part of the net probe with the options ``p`` (ARGUMENT_SPEC's keys, valid by
     ``bad_input``) in a child under the hard deadline ``p["timeout"]`` seconds, and return the
-    ``net`` result (library/net_probe.py RETURN). ``torch_error``: why torch cannot be imported here
+    ``net`` result (``{status, host, hosts, links: [{src, dst, phase, round, latency_us: {p50, p99,
+    samples}, bandwidth_gbps, path_mtu: {mtu, ok, largest}, ports: {port: verdict}, hang, error}],
+    missing_hosts, gone_hosts, elapsed_s, error}``). ``torch_error``: why torch cannot be imported here
     (the result is then FAIL at stage start, and the other nodes report this one missing).
     Raises nothing: every failure is a status in the result."""
     base = {"host": p["hosts"][p["rank"]], "hosts": p["hosts"], "links": [], "missing_hosts": [], "gone_hosts": []}

@@ -2,7 +2,7 @@
 
 A round is a list of pairs ``(i, j)`` with ``i < j`` (node indices 0 .. n-1) in which no
 node appears twice, so every pair of a round can be measured at the same moment without
-two measurements sharing a node. Pure functions, no I/O: the net_probe workers on every
+two measurements sharing a node. Pure functions, no I/O: the network probe's workers on every
 node compute the same schedule from the same arguments (the seed is the run id), so no
 node has to hand it to the others.
 
@@ -88,7 +88,7 @@ def random_matchings(n: int, k: int, seed: str = "") -> Rounds:
 
 
 def pair_schedule(n: int, k: int = 2, seed: str = "", every_pair: bool = False) -> Rounds:
-    """The rounds net_probe runs: every pair (``every_pair``) or the ring plus ``k`` matchings.
+    """The rounds the network probe runs: every pair (``every_pair``) or the ring plus ``k`` matchings.
 
     Default: ``ring_rounds(n)`` then ``random_matchings(n, k, seed)``, each pair measured once
     (a pair a matching repeats is dropped from it, an emptied round is dropped). Every node is

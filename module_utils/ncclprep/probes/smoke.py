@@ -1,7 +1,7 @@
 """How validate.yml reads the template training job's output (the torchrun smoke job).
 
 The job itself is roles/nccl_env/files/ncclprep_train.py, installed on every node by
-nccl_env and started through the launcher by ``run_job`` (the torchrun_smoke module's, and
+nccl_env and started through the launcher by ``run_job`` (the preflight engine's, the torchrun_smoke module's and
 ``ncclprep node preflight``'s); each of its workers
 prints one line ``NCCLPREP_RESULT {json}`` (its ``RESULT_MARKER``, repeated here as ``MARKER``:
 a unit test holds the two equal).
@@ -21,7 +21,7 @@ MARKER = "NCCLPREP_RESULT "
 
 
 def read_result(output: str, rc: int | None, timeout_s: float, elapsed_s: float, host: str) -> dict:
-    """What one node's torchrun job did, from its output: the torchrun_smoke module's ``smoke``.
+    """What one node's torchrun job did, from its output: a record's ``smoke``.
 
     ``output``: everything the launcher printed; ``rc``: its exit code, None when it was killed
     at the deadline of ``timeout_s`` seconds. Returns ``{status: PASS|FAIL|HANG, rc, workers:

@@ -1,6 +1,6 @@
 """Node-to-node SSH as users and tools (mpirun, pdsh) do it: the system ssh client,
 no prompt, host keys checked. The logins of one node to its peers (``targets``, ``run_in_rounds``)
-for library/ssh_mesh.py (validate.yml) and ``ncclprep node preflight`` (check ssh.trust)."""
+for ``ncclprep node preflight`` (check ssh.trust; validate.yml starts it on every node)."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def targets(members: dict, me: str, alive: list, limit: int | None = None, seed:
 
 
 def attempt(target: dict, p: dict) -> dict:
-    """One login, inside one deadline (``p``: ssh_mesh's options: user, identity, port, known_hosts,
+    """One login, inside one deadline (``p``: the logins' options: user, identity, port, known_hosts,
     timeout in seconds, retries). A reset before the key exchange (sshd's MaxStartups) is
     retried up to p["retries"] times after a short random pause; any other failure that may
     pass (TRANSIENT causes) once. Each failed try before the last is kept in ``retried``

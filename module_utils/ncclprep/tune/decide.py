@@ -228,10 +228,10 @@ def plan(space: Sequence[Mapping], baseline: Mapping) -> list[dict]:
 
 def run_figures(records: Mapping[str, Mapping], op: str) -> dict:
     """One measurement run's figures from the nodes' records (host -> ``{probe, smoke}``, the
-    nccl_probe and torchrun_smoke results): ``{busbw: {size: GB/s}, step_s: seconds or None,
-    errors: [...]}``. busbw per size is the slowest rank's (collectives.summarize_collectives);
-    the step time is the slowest worker's. A probe or job that did not pass is an error (its
-    figures are not used)."""
+    collectives' and the training job's results as the engine's records hold them): ``{busbw:
+    {size: GB/s}, step_s: seconds or None, errors: [...]}``. busbw per size is the slowest rank's
+    (collectives.summarize_collectives); the step time is the slowest worker's. A probe or job
+    that did not pass is an error (its figures are not used)."""
     from ansible.module_utils.ncclprep.probes.collectives import summarize_collectives
 
     errors = []
@@ -272,7 +272,7 @@ def judge(variants: Sequence[Mapping], runs: Mapping[str, Sequence[Mapping]], ta
 
     base, base_steps = series(BASELINE)
     if target is not None and base and target not in base:
-        # nccl_probe rounds a size down to whole elements per rank (16777216 -> 16777212 on 3 ranks)
+        # the collectives round a size down to whole elements per rank (16777216 -> 16777212 on 3 ranks)
         target = min(base, key=lambda s: abs(s - target))
     decisions, best = {}, {}
     for v in variants:
