@@ -29,7 +29,7 @@ import stat
 
 from ansible.module_utils.ncclprep.atomic import write_atomic
 
-STATES = ("ok", "differs", "absent", "missing", "mode", "unreadable")
+STATES = ("ok", "differs", "absent", "missing", "mode", "unreadable", "stale")
 KINDS = ("file", "copy", "block", "lines")
 # Fields of a normalised manifest entry (managed_entries); absent ones are None.
 FIELDS = ("kind", "src", "dest", "mode", "role", "vars", "when", "content", "block", "marker", "lines")
@@ -292,6 +292,17 @@ def check_record(path: str, max_lines: int = 40) -> tuple[list[dict] | None, str
         return None, f"{path} is not a record of managed files: {exc}"
 
 
+def inventory_row(recorded: str | None, given: str | None) -> dict | None:
+    """The row that says the inventory changed since site.yml last wrote this node's files (state
+    ``stale``): ``recorded`` is the inventory digest site.yml put in the node's intent, ``given``
+    the launcher's (validate.yml's lookup ncclprep_inventory_digest). None when either is unknown
+    or they agree: the files were written from this inventory."""
+    if not recorded or not given or recorded == given:
+        return None
+    return {"concern": "site.yml", "kind": "inventory", "path": "the inventory", "state": "stale", "diff": [],
+            "mode_expected": None, "mode_found": None, "recorded": recorded, "given": given}
+
+
 def ensure(entry: dict, check_mode: bool = False, max_lines: int = 40) -> dict:
     """Make a whole managed file (kinds file, copy) what ``entry`` says; site.yml's side of ``check``.
 
@@ -349,4 +360,7 @@ def summary(result: dict) -> str:
         return f"{path} has mode {result['mode_found']}, expected {result['mode_expected']}"
     if state == "unreadable":
         return f"{path} unreadable: {result.get('error')}"
+    if state == "stale":
+        return (f"the inventory changed since site.yml last wrote these files (its digest {result.get('recorded')}, "
+                f"now {result.get('given')})")
     return f"{path} {state}"

@@ -83,7 +83,7 @@ from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep.atomic import write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
-from ansible.module_utils.ncclprep.drift import check_record
+from ansible.module_utils.ncclprep.drift import check_record, inventory_row
 from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
 from ansible.module_utils.ncclprep.node import check as nodecheck
 from ansible.module_utils.ncclprep.slurm.claims import CLAIMS_DIR, claim_of, write_claim
@@ -352,11 +352,13 @@ def logins(ssh: Mapping | None, me: str, taking: list[str], addresses: list[str]
                                 "parallel": int(ssh.get("parallel") or 4), "retries": 2})
 
 
-def drift_rows(path: str | None, me: str, say: Callable[[str], None]) -> list[dict] | None:
+def drift_rows(path: str | None, me: str, say: Callable[[str], None], inventory: tuple = (None, None)
+               ) -> list[dict] | None:
     """This node's managed files against the record site.yml wrote at ``path`` (the intent's
-    ``managed``; drift.check_record), as validate.yml's drift check gives them (check drift.files):
-    library/managed_files.py's rows. None, and drift.files SKIP, when not run as root (the record
-    and some files it names are root's: a job's user under srun), or when the record is missing or
+    ``managed``; drift.check_record): drift.check_all's rows (check drift.files), and the ``stale``
+    row of drift.inventory_row when ``inventory`` (the digest site.yml recorded, the launcher's:
+    ``--inventory-digest``) differ. None, and drift.files SKIP, when not run as root (the record and
+    some files it names are root's: a job's user under srun), or when the record is missing or
     unusable, each said."""
     if not path:
         say(f"{me}: drift.files not read: the intent names no record of the managed files (site.yml of an "
@@ -368,7 +370,9 @@ def drift_rows(path: str | None, me: str, say: Callable[[str], None]) -> list[di
     rows, why = check_record(path)
     if why:
         say(f"{me}: drift.files not read: {why}")
-    return rows
+        return None
+    stale = inventory_row(*inventory)
+    return rows + [stale] if stale else rows
 
 
 def options(job: Mapping, names: list[str], addresses: list[str], rank: int, token: str, seed: str,
@@ -539,7 +543,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     except nodecheck.CouldNotRun as exc:
         say(f"{me}: the node's reading failed: {exc}")
     if (settings.get("drift") or {}).get("enabled", True):
-        record["drift"] = drift_rows(doc.get("managed"), me, say)
+        record["drift"] = drift_rows(doc.get("managed"), me, say, (doc.get("inventory"), opts.inventory_digest))
     from ansible.module_utils.ncclprep.probes.net import probe as net_probe
     from ansible.module_utils.ncclprep.probes.net import torch_missing
 
@@ -745,6 +749,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--intent", default=nodecheck.INTENT_FILE,
                    help=f"the intent document (default {nodecheck.INTENT_FILE})")
     p.add_argument("--json", action="store_true", help="the first node also prints the verdict as JSON")
+    p.add_argument("--inventory-digest", metavar="HEX",
+                   help="the launcher's inventory digest (validate.yml's): drift.files WARN on a node whose files "
+                        "site.yml wrote from another inventory")
     p.add_argument("--records", action="store_true",
                    help="the first node writes no reports and prints, as its last line, the verdict with every "
                         "node's record (model.HostRecord) as JSON, for a launcher that writes the reports itself "

@@ -251,6 +251,26 @@ def test_the_engine_reads_site_ymls_record_and_says_why_when_it_cannot(tmp_path,
     assert check_record(str(record)) == (None, f"{record} is over 10 bytes: not a record of managed files")
 
 
+def test_the_inventory_digest_follows_the_inventorys_files_not_where_they_live(tmp_path):
+    """lookup ncclprep_inventory_digest: the same files in two places give one digest; a changed
+    group_vars file another; hidden files and a source that is no path are handled."""
+    from conftest import load_source
+
+    digest = load_source("ncclprep_inventory_digest", "lookup_plugins/ncclprep_inventory_digest.py").inventory_digest
+    for where in ("a", "b"):
+        (tmp_path / where / "group_vars" / "all").mkdir(parents=True)
+        (tmp_path / where / "hosts.yml").write_text("all: {hosts: {node1: {}}}\n")
+        (tmp_path / where / "group_vars" / "all" / "ncclprep.yml").write_text("nic_mtu_value: 4096\n")
+    (tmp_path / "b" / ".git").mkdir()
+    (tmp_path / "b" / ".git" / "HEAD").write_text("ref: x\n")
+    one = digest([str(tmp_path / "a")])
+    assert len(one) == 16 and one == digest([str(tmp_path / "b")])
+    (tmp_path / "b" / "group_vars" / "all" / "ncclprep.yml").write_text("nic_mtu_value: 1500\n")
+    assert digest([str(tmp_path / "b")]) != one
+    assert digest([str(tmp_path / "a" / "hosts.yml")]) != one
+    assert digest(["node1,node2,"]) == digest(["node1,node2,"]) != digest(["node1,"])
+
+
 # --- site.yml's side: library/managed_files.py state present ---
 
 def test_ensure_writes_a_missing_file_and_its_folder_then_leaves_it_alone(tmp_path):

@@ -355,7 +355,8 @@ def one_node_run(tmp_path, monkeypatch, env, keep=(), doc=None, **opts):
                     smoke={"enabled": True, "steps": 2, "accumulation": 1, "timeout": 60})
     job = {"job_id": "7", "nodes": ["gpu01"], "rank": 0, "node": "gpu01", "launcher": opts.pop("launcher", "slurm")}
     options_ = argparse.Namespace(**{"need": None, "report_dir": str(tmp_path / "reports"), "json": False,
-                                     "records": False, "hostfile": str(tmp_path / "hosts"), **opts})
+                                     "records": False, "inventory_digest": None, "hostfile": str(tmp_path / "hosts"),
+                                     **opts})
     code = jobpreflight.run({"job": settings, "intent": {}, **(doc or {})}, job, options_, env)
     written = tmp_path / "reports" / "latest" / "cluster.json"
     checks = json.loads(written.read_text())["checks"] if written.exists() else []
@@ -426,7 +427,7 @@ def test_a_node_lost_after_the_probes_is_left_out_of_the_training_job(tmp_path, 
                     smoke={"enabled": True, "steps": 2, "accumulation": 1, "timeout": 60})
     job = {"job_id": "7", "nodes": ["gpu01", "gpu02"], "rank": 0, "node": "gpu01", "launcher": "members"}
     opts = argparse.Namespace(need=None, report_dir=str(tmp_path / "reports"), json=False, records=False,
-                              hostfile=str(tmp_path / "hosts"))
+                              inventory_digest=None, hostfile=str(tmp_path / "hosts"))
     assert jobpreflight.run({"job": settings, "intent": {}}, job, opts, {"NCCLPREP_PREFLIGHT_TOKEN": "s"}) == 1
     assert ("smoke", 0, 2) in asked and hostfiles == ["gpu01\n"]
     checks = {c["id"]: c for c in json.loads((tmp_path / "reports" / "latest" / "cluster.json").read_text())["checks"]}
@@ -447,7 +448,8 @@ def test_a_node_given_another_run_id_is_told_so_and_left_out(tmp_path, monkeypat
     monkeypatch.setattr(jobpreflight, "rendezvous", lambda *a, **k: dict(posted))
     settings = dict(SETTINGS, members={"gpu01": "10.0.0.1", "gpu02": "10.0.0.2"})
     job = {"job_id": "r2", "nodes": ["gpu01", "gpu02"], "rank": 1, "node": "gpu02", "launcher": "members"}
-    opts = argparse.Namespace(need=None, report_dir=str(tmp_path), json=False, hostfile=str(tmp_path / "h"))
+    opts = argparse.Namespace(need=None, report_dir=str(tmp_path), json=False, hostfile=str(tmp_path / "h"),
+                              records=False, inventory_digest=None)
     assert jobpreflight.run({"job": settings, "intent": {}}, job, opts, {}) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "gpu02: this node was given another run than gpu01" in err
@@ -501,6 +503,20 @@ def test_the_engine_compares_the_managed_files_as_root_and_skips_as_a_jobs_user(
     assert code == 1
     assert checks["drift.files"]["status"] == "FAIL" and checks["drift.files"]["hosts"] == ["gpu01"]
     assert checks["drift.files"]["message"] == f"gpu01: {conf} differs: +NCCL_DEBUG=TRACE (nccl_env)"
+    # the inventory changed since site.yml wrote the files: a stale row beside them
+    rows = jobpreflight.drift_rows(str(record), "gpu01", said.append, ("a1", "b2"))
+    assert [r["state"] for r in rows] == ["differs", "stale"] and rows[1]["recorded"] == "a1"
+    assert jobpreflight.drift_rows(str(record), "gpu01", said.append, ("a1", "a1"))[-1]["state"] == "differs"
+    conf.write_text("NCCL_DEBUG=WARN\n")
+    code, _, checks = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s"}, keep=("drift.",),
+                                   doc={"managed": str(record), "inventory": "a1"}, inventory_digest="b2")
+    assert code == 0 and checks["drift.files"]["status"] == "WARN" and checks["drift.files"]["hosts"] == ["gpu01"]
+    assert checks["drift.files"]["message"] == (
+        "gpu01: the inventory changed since site.yml last wrote these files (its digest a1, now b2); the 1 managed "
+        "files hold what it asked for then")
+    code, _, checks = one_node_run(tmp_path, monkeypatch, {"NCCLPREP_PREFLIGHT_TOKEN": "s"}, keep=("drift.",),
+                                   doc={"managed": str(record), "inventory": "b2"}, inventory_digest="b2")
+    assert code == 0 and checks["drift.files"]["status"] == "PASS"
     assert jobpreflight.drift_rows(None, "gpu01", said.append) is None
     assert said[-1] == ("gpu01: drift.files not read: the intent names no record of the managed files (site.yml "
                         "of an older ncclprep)")
