@@ -532,8 +532,6 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     record: dict = {"alive": True, "facts": None, "intent": doc.get("intent"), "ssh": None, "drift": None,
                     "net": None, "probe": None, "blame": None, "smoke": None, "counters": None}
     say(f"{me}: rank {present.index(rank)} of {world} ({', '.join(taking)}); reading the node")
-    ssh = settings.get("ssh") if (settings.get("ssh") or {}).get("enabled", True) else None
-    record["ssh"] = logins(ssh, me, taking, [addresses[r] for r in present], run_key(job), say)
     reading = {k: doc.get(k) for k in ("node", "readers", "roce_qos")}
     if reading["node"]:
         reading["node"] = dict(reading["node"], names=[e for e in reading["node"].get("names") or []
@@ -542,6 +540,10 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         record["facts"] = nodecheck.read_node(reading)
     except nodecheck.CouldNotRun as exc:
         say(f"{me}: the node's reading failed: {exc}")
+    # after the reading, as validate.yml always did: the reading's own connection to each peer
+    # (names.reachable) is the first, and retries a refusal as such (tests/faults)
+    ssh = settings.get("ssh") if (settings.get("ssh") or {}).get("enabled", True) else None
+    record["ssh"] = logins(ssh, me, taking, [addresses[r] for r in present], run_key(job), say)
     if (settings.get("drift") or {}).get("enabled", True):
         record["drift"] = drift_rows(doc.get("managed"), me, say, (doc.get("inventory"), opts.inventory_digest))
     from ansible.module_utils.ncclprep.probes.net import probe as net_probe
@@ -566,11 +568,19 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
 
         say(f"{me}: the collectives (deadline {o['probe']['timeout']} s)")
         record["probe"] = host_collectives(o["probe"], me, rank_layout(local_ranks, world), torch_error)
+    # who is still here once the probes are done: the training job runs on them, and the first node
+    # waits for their records only (a node lost since the join, frozen or gone, costs no deadline more)
+    try:
+        here, lost = still_here(store, present, rank, settings["probe"]["join_timeout"]), None
+    except (StoreTampered, RuntimeError) as exc:
+        here, lost = present, f"no word from {names[present[0]]} on who is still here: {exc}"
+    if len(here) < len(present) and rank in here:
+        say(f"{me}: {', '.join(names[r] for r in present if r not in here)} not there after the probes")
     if settings["smoke"]["enabled"] and settings.get("launcher") and not sealed:
         say(f"{me}: the training smoke job not run: {ENV_TOKEN} not set")
         record["smoke"] = {"status": "SKIP", "error": SMOKE_UNSEALED, "host": me}
     elif settings["smoke"]["enabled"] and settings.get("launcher"):
-        record["smoke"] = _smoke(store, settings, job, names, present, rank, token)
+        record["smoke"] = _smoke(settings, job, names, here, rank, token, lost)
     netdev = ((record["facts"] or {}).get("data_plane") or {}).get("interface")
     if netdev:
         from ansible.module_utils.ncclprep.portstate import read_counters
@@ -578,7 +588,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         record["counters"] = read_counters("/sys", [netdev])
     store.set(f"record/{rank}", json.dumps(record, default=str))
     if rank == 0:
-        return _judge(store, record, names, present, settings, opts, job)
+        return _judge(store, record, names, here, settings, opts, job)
     say(f"{me}: done; waiting for {names[0]}'s verdict")
     if missing_keys(store, ["verdict"], GATHER_SLACK_S * 2):
         print(f"ncclprep node preflight: {me}: no verdict from {names[0]} within {GATHER_SLACK_S * 2:g} s",
@@ -592,32 +602,29 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
 
 
 def still_here(store, present: list[int], rank: int, deadline_s: float) -> list[int]:
-    """The ranks (of the job's nodes) still here once the probes are done: a rendezvous ``smoke``
+    """The ranks (of the job's nodes) still here once the probes are done: a rendezvous ``probed``
     among ``present`` (the ranks that joined), decided by the first node within ``deadline_s``
     seconds, the same list on every node. The training job's launcher waits for every node it is
-    given, so a node lost since the join (frozen, gone) would hang it on all the others. Raises
-    StoreTampered or RuntimeError as netutil.rendezvous does."""
-    got = rendezvous(store, Keeper(store), present.index(rank), len(present), "smoke", "ready", deadline_s, 15)
+    given, so a node lost since the join (frozen, gone) would hang it on all the others, and the
+    first node would wait out its deadline for that node's record. Raises StoreTampered or
+    RuntimeError as netutil.rendezvous does."""
+    got = rendezvous(store, Keeper(store), present.index(rank), len(present), "probed", "ready", deadline_s, 15)
     return [present[i] for i in sorted(got)]
 
 
-def _smoke(store, settings: dict, job: dict, names: list[str], present: list[int], rank: int, token: str) -> dict:
+def _smoke(settings: dict, job: dict, names: list[str], here: list[int], rank: int, token: str,
+           lost: str | None) -> dict:
     """This node's part of the training smoke job (probes/smoke.py run_job) on the nodes still here
-    (still_here), or a SKIP saying why it did not run."""
+    (``here``: still_here's ranks), or a SKIP saying why it did not run (``lost``: why nobody knows
+    who is here)."""
     from ansible.module_utils.ncclprep.probes.smoke import run_job
 
     me, smoke = names[rank], settings["smoke"]
-    try:
-        here = still_here(store, present, rank, settings["probe"]["join_timeout"])
-    except (StoreTampered, RuntimeError) as exc:
-        return {"status": "SKIP", "host": me, "error": f"the training smoke job was not run: no word from "
-                                                       f"{names[present[0]]} on who is still here: {exc}"}
+    if lost:
+        return {"status": "SKIP", "host": me, "error": f"the training smoke job was not run: {lost}"}
     if rank not in here:
         return {"status": "SKIP", "host": me, "error": "the training smoke job was not run on this node: it finished "
                                                       "its probes after the first node's deadline"}
-    gone = [names[r] for r in present if r not in here]
-    if gone:
-        say(f"{me}: {', '.join(gone)} not there after the probes: the training job runs without them")
     say(f"{me}: the training smoke job through {settings['launcher']} on {len(here)} nodes (deadline "
         f"{smoke['timeout']} s)")
     with tempfile.NamedTemporaryFile("w", prefix="ncclprep-job-", suffix=".hosts") as fh:
@@ -638,22 +645,23 @@ def _leave_claim(job_id: str, claim: dict | None, me: str) -> None:
             "Prolog makes it where the slurm_health concern is on)")
 
 
-def _judge(store, mine: dict, names: list[str], present: list[int], settings: dict, opts: argparse.Namespace,
+def _judge(store, mine: dict, names: list[str], here: list[int], settings: dict, opts: argparse.Namespace,
            job: dict) -> int:
-    """The first node's part after its own record: gather the records of the nodes that took part
-    (``present``, ranks in ``names``; the others have none, reported unreachable), evaluate, write,
-    post the verdict."""
+    """The first node's part after its own record: gather the records of the nodes still there after
+    the probes (``here``, ranks in ``names``: still_here's; a record already posted by another is
+    taken too, the others are reported not alive), evaluate, write, post the verdict."""
     # here, not at the top: the reports need jinja2, which the torch venv has and the system python
     # that first runs the command (and says why it cannot go on, e.g. without an intent) may lack
     from ansible.module_utils.ncclprep.report import build_cluster, utc_stamp, write_reports
 
     world = len(names)
     say(f"{names[0]}: waiting for the other nodes' records")
-    late = set(missing_keys(store, [f"record/{r}" for r in present if r], GATHER_SLACK_S))
+    late = set(missing_keys(store, [f"record/{r}" for r in here if r], GATHER_SLACK_S))
     records = {names[0]: mine}
     for r in range(1, world):
         key = f"record/{r}"
-        records[names[r]] = {"alive": False} if r not in present or key in late else json.loads(store.get(key))
+        posted = key not in late if r in here else not missing_keys(store, [key], 0)
+        records[names[r]] = json.loads(store.get(key)) if posted else {"alive": False}
     blame = (mine.get("probe") or {}).get("blame")
     for rec in records.values():  # the collective blame ran on the first node: every record holds it
         if rec.get("alive", True):

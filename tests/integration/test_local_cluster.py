@@ -780,8 +780,7 @@ def test_ncclprep_validate_gives_the_same_report_and_every_format_reads_back(clu
     assert val.returncode == 0
     assert "ncclprep validate: PASS" in val.stdout and "checks on 3 hosts" in val.stdout
     assert "TASK [" not in val.stdout + val.stderr  # a progress line, not Ansible's output
-    assert re.search(r"^\[\d\d:\d\d\] validate \| Start the network probe and the collectives on every node \|",
-                     val.stderr, re.M)
+    assert re.search(r"^\[\d\d:\d\d\] validate \| Start the preflight engine on every node \|", val.stderr, re.M)
     mine, theirs = load(reports), load(STATE["healthy"])
     assert mine["status"] == "PASS" and mine["hosts"] == theirs["hosts"] == NODES
     assert mine["schema_version"] == theirs["schema_version"]

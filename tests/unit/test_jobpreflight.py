@@ -406,7 +406,7 @@ def test_a_node_lost_after_the_probes_is_left_out_of_the_training_job(tmp_path, 
     from ansible.module_utils.ncclprep.probes import smoke as ddp_smoke
 
     key = jobpreflight.run_key({"job_id": "7", "nodes": ["gpu01", "gpu02"]})
-    decided = {"gpus": {0: f"0 {key}", 1: f"0 {key}"}, "smoke": {0: "ready"}}
+    decided = {"gpus": {0: f"0 {key}", 1: f"0 {key}"}, "probed": {0: "ready"}}
     asked, hostfiles = [], []
     monkeypatch.setattr(jobpreflight, "rendezvous",
                         lambda store, keeper, rank, world, name, *a: asked.append((name, rank, world)) or decided[name])
@@ -429,7 +429,7 @@ def test_a_node_lost_after_the_probes_is_left_out_of_the_training_job(tmp_path, 
     opts = argparse.Namespace(need=None, report_dir=str(tmp_path / "reports"), json=False, records=False,
                               inventory_digest=None, hostfile=str(tmp_path / "hosts"))
     assert jobpreflight.run({"job": settings, "intent": {}}, job, opts, {"NCCLPREP_PREFLIGHT_TOKEN": "s"}) == 1
-    assert ("smoke", 0, 2) in asked and hostfiles == ["gpu01\n"]
+    assert ("probed", 0, 2) in asked and hostfiles == ["gpu01\n"]
     checks = {c["id"]: c for c in json.loads((tmp_path / "reports" / "latest" / "cluster.json").read_text())["checks"]}
     assert checks["host.reachable"]["status"] == "FAIL" and checks["host.reachable"]["hosts"] == ["gpu02"]
     assert checks["torchrun.smoke"]["status"] == "PASS"
