@@ -46,9 +46,12 @@ and ``srun --nodelist``).
 
 Everything in the store is sealed with the job's secret (netutil.signed_store, keyed by
 ``NCCLPREP_PREFLIGHT_TOKEN`` from the environment, which srun passes to every task; the example
-batch script draws one). Without it the key is derived from the job id, which seals nothing
-against a member that knows the id: only the firewall (members only) guards the store then, and
-the training smoke job is not run (torchrun.smoke SKIP, SMOKE_UNSEALED): the secret is also its
+batch script draws one; or read once from ``--token-file``, a file only its owner can read, which
+the engine removes: validate.yml's way, since a variable in an Ansible task's environment sits on
+a shell's command line for a moment, where any local user's ``ps`` reads it). Without it the key
+is derived from the job id, which seals nothing against a member that knows the id: only the
+firewall (members only) guards the store then, and the training smoke job is not run
+(torchrun.smoke SKIP, SMOKE_UNSEALED): the secret is also its
 rendezvous guard's nonce, and a public one would let anyone prove a squatted rendezvous port.
 
 It runs as the job's user: what it finds is that user's claim. It never drains a node: when a
@@ -310,6 +313,39 @@ def job_members(members: Mapping[str, str], nodes: list[str]) -> tuple[list[str]
         raise nodecheck.CouldNotRun(f"Slurm node(s) {', '.join(unknown)} are no members of this ncclprep cluster "
                                     f"({', '.join(sorted(members))}): run site.yml with them in the inventory")
     return names, [members[n] for n in names]
+
+
+def read_token_file(path: str) -> str:
+    """The run's secret from ``path`` (its first line), and the file removed, so that the secret
+    stays in this process alone. Raises Usage, before anything is read, when ``path`` is a link
+    or not a regular file, belongs to another user than this process's, or its group or others
+    may read or write it (someone else could have read or planted it), or it holds no secret."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise Usage(f"--token-file {path}: {exc.strerror} (a regular file, not a link, is needed)") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Usage(f"--token-file {path}: not a regular file")
+        if st.st_uid != os.geteuid():
+            raise Usage(f"--token-file {path}: owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}")
+        if st.st_mode & 0o077:
+            raise Usage(f"--token-file {path}: mode {stat.S_IMODE(st.st_mode):04o}: its group or others may "
+                        f"read it (0600 or 0400 needed)")
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
+            fd = -1
+            token = (fh.read(4096).splitlines() or [""])[0].strip()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # a read-only place: the file stays owner-only
+    if not token:
+        raise Usage(f"--token-file {path}: empty (the run's secret on its first line)")
+    return token
 
 
 def job_token(env: Mapping[str, str], job_id: str) -> tuple[str, bool]:
@@ -757,6 +793,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--intent", default=nodecheck.INTENT_FILE,
                    help=f"the intent document (default {nodecheck.INTENT_FILE})")
     p.add_argument("--json", action="store_true", help="the first node also prints the verdict as JSON")
+    p.add_argument("--token-file", metavar="FILE",
+                   help=f"read the run's secret from FILE (owner-only, 0600) and remove it, in place of ${ENV_TOKEN} "
+                        "in the environment")
     p.add_argument("--inventory-digest", metavar="HEX",
                    help="the launcher's inventory digest (validate.yml's): drift.files WARN on a node whose files "
                         "site.yml wrote from another inventory")
@@ -782,6 +821,8 @@ def main(argv: list[str], env: Mapping[str, str] | None = None) -> int:
         print(f"ncclprep node preflight: {host}: --need={opts.need}: valid: an integer >= 1", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if opts.token_file:  # first: the file is gone whatever follows
+            env = {**env, ENV_TOKEN: read_token_file(opts.token_file)}
         if opts.members and opts.nodes:
             raise Usage("--members and --nodes both given: one member list")
         if opts.members or opts.nodes:

@@ -80,6 +80,36 @@ def test_the_stores_key_is_the_jobs_secret_else_one_derived_from_the_job_id_and_
     assert job_token({}, "7")[0] == derived != job_token({}, "8")[0]
 
 
+
+def test_the_secrets_file_is_read_once_and_removed_and_one_others_could_read_is_refused(tmp_path, capsys):
+    """validate.yml hands the run's secret in a file (--token-file), not in the environment that
+    Ansible's async start puts on a command line (docs/security.md)."""
+    good = tmp_path / "good.token"
+    good.write_text("s3cret\n")
+    good.chmod(0o600)
+    assert jobpreflight.read_token_file(str(good)) == "s3cret"
+    assert not good.exists()
+    loose = tmp_path / "loose.token"
+    loose.write_text("s3cret\n")
+    loose.chmod(0o644)
+    with pytest.raises(Usage, match=r"mode 0644: its group or others may read it"):
+        jobpreflight.read_token_file(str(loose))
+    link = tmp_path / "link.token"
+    link.symlink_to(loose)
+    with pytest.raises(Usage, match=r"link\.token: .*a regular file, not a link"):
+        jobpreflight.read_token_file(str(link))
+    empty = tmp_path / "empty.token"
+    empty.write_text("\n")
+    empty.chmod(0o600)
+    with pytest.raises(Usage, match="empty"):
+        jobpreflight.read_token_file(str(empty))
+    with pytest.raises(Usage, match="No such file"):
+        jobpreflight.read_token_file(str(tmp_path / "absent"))
+    # through the command line: refused with exit 2 and the file named, before the member list is read
+    assert jobpreflight.main(["--nodes", "a,b", "--token-file", str(loose)], env={}) == EXIT_USAGE
+    assert f"--token-file {loose}: mode 0644" in capsys.readouterr().err
+
+
 SETTINGS = {
     "cpu_binding": ["0-15", "16-31"],
     "net": {"store_port": 29520, "listen_port": 29521, "ports": [29400], "ephemeral_sample": 4, "mtu": 4096,

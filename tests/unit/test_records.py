@@ -153,3 +153,83 @@ def test_playbook_builds_host_records_of_exactly_the_typed_shape(tmp_path):
         assert os.path.getsize(os.path.join(run_dir, name)) > 0, name
     with open(tmp_path / "ncclprep.prom", encoding="utf-8") as fh:
         assert 'ncclprep_check_status{check="host.reachable",host="fake2",status="FAIL"} 1' in fh.read()
+
+
+# ---------------------------------------------------------------- the run's secret reaches the engine unseen
+
+FAKE_ENGINE = """#!/bin/sh
+# what the engine was given: its arguments, whether the secret was in its environment, the file's mode and text
+out="$OUT_DIR/$(hostname).$$"
+printf '%s\\n' "$@" > "$out.argv"
+env | grep -c '^NCCLPREP_PREFLIGHT_TOKEN=' > "$out.inenv"
+while [ $# -gt 0 ]; do
+  if [ "$1" = --token-file ]; then stat -c %a "$2" > "$out.mode"; cat "$2" > "$out.token"; rm -f "$2"; fi
+  shift
+done
+sleep 1
+"""
+
+
+def test_validate_hands_the_engine_its_secret_in_an_owner_only_file_never_on_a_command_line(tmp_path):
+    """docs/security.md, the run's token: Ansible starts an async task as ``/bin/sh -c
+    'VAR=value ... async_wrapper.py ...'``, so a secret in the task's environment sat on a
+    process's command line, readable by any local user's ``ps``. engine.yml's own tasks, run on
+    localhost with a fake engine while a thread reads every process's command line: the secret
+    must reach the engine in a 0600 file and in no command line and not in its environment."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("the secret's file goes to /run, which root writes")
+    import threading
+    secret = "S3cretOfThisRun" + os.urandom(8).hex()
+    engine = tmp_path / "fake-engine"
+    engine.write_text(FAKE_ENGINE)
+    engine.chmod(0o755)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"children": {"ncclprep_nodes": {"hosts": {
+        "fake1": {"ansible_connection": "local"}}}}}}))
+    wanted = ("Draw the run's secret", "Hand every node the run's secret in a file only its owner reads",
+              "Start the preflight engine on every node")
+    with open(ENGINE_YML, encoding="utf-8") as fh:
+        tasks = [t for t in yaml.safe_load(fh) if t.get("name") in wanted]
+    assert [t["name"] for t in tasks] == list(wanted)
+    wait = {"name": "Wait", "ansible.builtin.async_status": {"jid": "{{ __preflight_engine_job.ansible_job_id }}"},
+            "register": "done", "until": "done.finished", "retries": 60, "delay": 1}
+    play = [{"hosts": "ncclprep_nodes", "gather_facts": False, "tasks": tasks + [wait],
+             "vars": {"__preflight_run_id": "t" + os.urandom(4).hex(), "__preflight_nodes": ["fake1"],
+                      "__preflight_inventory_digest": "0" * 64, "__preflight_settings": {},
+                      "__preflight_engine_deadline": 60, "preflight_node_command": str(engine)}}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    (tmp_path / "secret.yml").write_text(yaml.safe_dump({"__preflight_token": secret}))  # not on our own argv
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for path in glob.glob("/proc/[0-9]*/cmdline"):
+                try:
+                    with open(path, "rb") as fh:
+                        line = fh.read()
+                except OSError:
+                    continue
+                if secret.encode() in line:
+                    seen.append(line.replace(b"\0", b" ").decode(errors="replace")[:300])
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
+           "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'secret.yml'}"]
+    try:
+        out = subprocess.run(cmd, cwd=REPO, env=dict(ENV, OUT_DIR=str(tmp_path / "out")), capture_output=True,
+                             text=True, timeout=180)
+    finally:
+        stop.set()
+        watcher.join()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert seen == []
+    assert secret not in out.stdout + out.stderr  # no_log: not in Ansible's output either
+    (argv,) = glob.glob(str(tmp_path / "out" / "*.argv"))
+    given = open(argv, encoding="utf-8").read().splitlines()
+    base = argv[:-len(".argv")]
+    assert open(base + ".inenv", encoding="utf-8").read().strip() == "0"
+    assert given[given.index("--token-file") + 1].startswith("/run/ncclprep-validate-")
+    assert open(base + ".mode", encoding="utf-8").read().strip() == "600"
+    assert open(base + ".token", encoding="utf-8").read().strip() == secret
