@@ -75,6 +75,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -188,23 +189,37 @@ def parse_nodes(text: str) -> list[str]:
     return names
 
 
-#: What --settings may change, section by section: the intent's ``job`` sections (validate.yml's
-#: preflight_* values as site.yml recorded them: roles/preflight/vars/main.yml
-#: __preflight_run_settings, held equal by tests/unit/test_jobpreflight.py) and the node reading's
-#: validate-time options (``node``). Members, launcher, script, CPU binding, the MTU and ssh's user,
-#: key and known_hosts are site.yml's and stay the intent's.
-SETTABLE = {
-    "net": ("enabled", "store_port", "listen_port", "ports", "ephemeral_sample", "latency_samples",
-            "bandwidth_seconds", "matchings", "every_pair", "repair", "max_latency_us", "slow_z", "slow_ratio",
-            "min_gbps", "join_timeout", "step_timeout", "connect_timeout", "timeout"),
-    "probe": ("enabled", "port", "ops", "sizes", "warmup", "iters", "timeout", "join_timeout", "local_ranks", "blame",
-              "blame_timeout"),
-    "smoke": ("enabled", "steps", "accumulation", "timeout"),
-    "ssh": ("enabled", "peers", "timeout", "parallel"),
-    "drift": ("enabled",),
-    "report": ("min_busbw_gbps", "expect_net", "link_floor_ratio"),
-    "node": ("connect_port", "timeout", "dataset_path"),
+#: What --settings may change, section by section, each key with the Ansible variable it comes from:
+#: the intent's ``job`` sections (validate.yml's preflight_* values as site.yml recorded them:
+#: roles/preflight/vars/main.yml __preflight_run_settings, held equal, key and variable, by
+#: tests/unit/test_jobpreflight.py; every variable in the role's argument spec) and the node
+#: reading's validate-time options (``node``). Members, launcher, script, CPU binding, the MTU and
+#: ssh's user, key and known_hosts are site.yml's and stay the intent's. A refused setting is named
+#: by its key and its variable (``named``).
+SETTABLE: dict[str, dict[str, str]] = {
+    "net": {key: f"preflight_net_{key}" for key in (
+        "enabled", "store_port", "listen_port", "ports", "ephemeral_sample", "latency_samples", "bandwidth_seconds",
+        "matchings", "every_pair", "repair", "max_latency_us", "slow_z", "slow_ratio", "min_gbps", "join_timeout",
+        "step_timeout", "connect_timeout", "timeout")},
+    "probe": {key: f"preflight_probe_{key}" for key in (
+        "enabled", "port", "ops", "sizes", "warmup", "iters", "timeout", "join_timeout", "local_ranks", "blame",
+        "blame_timeout")},
+    "smoke": {key: f"preflight_smoke_{key}" for key in ("enabled", "steps", "accumulation", "timeout")},
+    "ssh": {key: f"preflight_ssh_{key}" for key in ("enabled", "peers", "timeout", "parallel")},
+    "drift": {"enabled": "preflight_drift_enabled"},
+    "report": {"min_busbw_gbps": "preflight_min_busbw_gbps", "expect_net": "preflight_probe_expect_net",
+               "link_floor_ratio": "preflight_net_link_floor_ratio"},
+    "node": {"connect_port": "preflight_connect_port", "timeout": "preflight_name_timeout",
+             "dataset_path": "preflight_dataset_path"},
 }
+
+
+def named(why: str, section: str) -> str:
+    """``why``, a message about ``section``'s settings, followed by the variable of each of its keys
+    it names as a word (SETTABLE), e.g. ``... timeout=20 ... (preflight_net_timeout)``: a launcher's
+    user sets the variable, the engine sees the key."""
+    found = [var for key, var in SETTABLE[section].items() if re.search(rf"(?<!\w){re.escape(key)}(?!\w)", why)]
+    return f"{why} ({', '.join(found)})" if found else why
 
 
 def _same_kind(was: object, value: object) -> bool:
@@ -248,7 +263,7 @@ def with_settings(doc: dict, text: str | None) -> dict:
             if key not in allowed:
                 raise Usage(f"--settings: unknown key {section}.{key}; valid: {', '.join(sorted(allowed))}")
             if not _same_kind(mine.get(key), value):
-                raise Usage(f"--settings: {section}.{key}={json.dumps(value)}: the intent's is "
+                raise Usage(f"--settings: {section}.{key}={json.dumps(value)} ({allowed[key]}): the intent's is "
                             f"{json.dumps(mine.get(key))}, of another kind")
             mine[key] = value
         if section == "node":
@@ -442,11 +457,15 @@ def bad_settings(job: Mapping, names: list[str], addresses: list[str], rank: int
     from ansible.module_utils.ncclprep.probes.net import bad_input
 
     o = options(job, names, addresses, rank, "-", "-", [1] * len(names))
-    why = (bad_input(o["net"]) if job["net"]["enabled"] else None) or (
-        bad_options(o["probe"], names[rank]) if job["probe"]["enabled"] else None)
+    why = bad_input(o["net"]) if job["net"]["enabled"] else None
+    if why:
+        why = named(why, "net")
+    elif job["probe"]["enabled"]:
+        why = bad_options(o["probe"], names[rank])
+        why = why and named(why, "probe")
     peers = (job.get("ssh") or {}).get("peers")
     if not why and peers is not None and (isinstance(peers, bool) or not isinstance(peers, int) or peers < 1):
-        why = f"{names[rank]}: ssh.peers={peers!r} (preflight_ssh_peers): valid: an integer >= 1, null: every peer"
+        why = named(f"{names[rank]}: ssh.peers={peers!r}: valid: an integer >= 1, null: every peer", "ssh")
     if why:
         raise Usage(f"the preflight settings: {why}")
 

@@ -250,9 +250,9 @@ def test_the_nodes_inline_stand_for_a_member_list_and_the_settings_change_this_r
             (["--nodes", "gpu02", "--settings", '{"node": {"cidr": "0.0.0.0/0"}}'],
              "--settings: unknown key node.cidr; valid: connect_port, dataset_path, timeout"),
             (["--nodes", "gpu02", "--settings", '{"probe": {"timeout": "36"}}'],
-             '--settings: probe.timeout="36": the intent\'s is 60, of another kind'),
+             '--settings: probe.timeout="36" (preflight_probe_timeout): the intent\'s is 60, of another kind'),
             (["--nodes", "gpu02", "--settings", '{"smoke": {"enabled": 1}}'],
-             "--settings: smoke.enabled=1: the intent's is true, of another kind")):
+             "--settings: smoke.enabled=1 (preflight_smoke_enabled): the intent's is true, of another kind")):
         assert jobpreflight.main([*argv, "--intent", str(intent)], env={}) == EXIT_USAGE, argv
         assert error in capsys.readouterr().err, argv
     assert len(seen) == 1
@@ -263,11 +263,21 @@ def test_what_settings_may_change_is_what_validate_yml_hands_on():
     __preflight_run_settings (roles/preflight/vars/main.yml): what site.yml records in the intent's
     job key and validate.yml passes with --settings; a key on one side only would be refused or
     never set."""
+    import re
+
     import yaml
 
-    with open(os.path.join(os.path.dirname(DOCS), "roles", "preflight", "vars", "main.yml"), encoding="utf-8") as fh:
+    role = os.path.join(os.path.dirname(DOCS), "roles", "preflight")
+    with open(os.path.join(role, "vars", "main.yml"), encoding="utf-8") as fh:
         run_settings = yaml.safe_load(fh)["__preflight_run_settings"]
+    with open(os.path.join(role, "meta", "argument_specs.yml"), encoding="utf-8") as fh:
+        spec = yaml.safe_load(fh)["argument_specs"]["main"]["options"]
     assert {k: sorted(v) for k, v in run_settings.items()} == {k: sorted(v) for k, v in SETTABLE.items()}
+    # each key is its variable's value, and named by it in a refusal: the variable the role documents
+    given = {s: {k: sorted(set(re.findall(r"\bpreflight_\w+", str(e)))) for k, e in keys.items()}
+             for s, keys in run_settings.items()}
+    assert given == {s: {k: [var] for k, var in keys.items()} for s, keys in SETTABLE.items()}
+    assert sorted(var for keys in SETTABLE.values() for var in keys.values() if var not in spec) == []
 
 
 def test_settings_the_probes_would_refuse_are_refused_before_anything_joins(tmp_path, capsys, monkeypatch):
@@ -280,10 +290,19 @@ def test_settings_the_probes_would_refuse_are_refused_before_anything_joins(tmp_
                                                           ssh={"peers": 32}, smoke={"enabled": False})}))
     opened = []
     monkeypatch.setattr(jobpreflight, "open_signed_store", lambda *a: opened.append(a))
-    for given, error in (({"probe": {"join_timeout": 60}}, "gpu02: join_timeout=60 must be below timeout=60"),
-                         ({"probe": {"ops": ["allreduce"]}}, "gpu02: unknown collective(s) in ops: ['allreduce']"),
-                         ({"net": {"store_port": 70000}}, "gpu02: store_port=70000 is not a TCP port (1..65535)"),
-                         ({"ssh": {"peers": 0}}, "gpu02: ssh.peers=0 (preflight_ssh_peers): valid: an integer >= 1")):
+    for given, error in (({"probe": {"join_timeout": 60}}, "gpu02: join_timeout=60 must be below timeout=60 "
+                                                           "(preflight_probe_timeout, preflight_probe_join_timeout)"),
+                         ({"probe": {"ops": ["allreduce"]}}, "gpu02: unknown collective(s) in ops: ['allreduce']; "
+                                                             "valid: ['all_gather', 'all_reduce', 'all_to_all', "
+                                                             "'broadcast', 'reduce_scatter'] (preflight_probe_ops)"),
+                         ({"net": {"store_port": 70000}},
+                          "gpu02: store_port=70000 is not a TCP port (1..65535) (preflight_net_store_port)"),
+                         ({"net": {"timeout": 40}}, "gpu02: timeout=40 is below 86 s, the join (30 s) plus one "
+                                                    "round's deadline and 10 s: a node lost mid-run would get every "
+                                                    "node's probe killed instead of being named "
+                                                    "(preflight_net_timeout)"),
+                         ({"ssh": {"peers": 0}},
+                          "gpu02: ssh.peers=0: valid: an integer >= 1, null: every peer (preflight_ssh_peers)")):
         argv = ["--nodes", "gpu01,gpu02", "--intent", str(intent), "--settings", json.dumps(given)]
         assert jobpreflight.main(argv, env={}) == EXIT_USAGE, given
         assert f"ncclprep node preflight: gpu02: the preflight settings: {error}" in capsys.readouterr().err
