@@ -444,8 +444,6 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
         # on the controller (delegate_to localhost): a tune step's result for the CLI, nothing on a node
         ("tune", "Write the space and every node's settings for the CLI"),
         ("tune", "Write the nodes' results for the CLI"),
-        # validate.yml's run secret for the engine, which reads and removes it (--token-file): not configuration
-        ("preflight", "Hand every node the run's secret in a file only its owner reads"),
     }
     writers = ("ansible.builtin.template", "ansible.builtin.copy", "ansible.builtin.blockinfile",
                "ansible.builtin.lineinfile", "ansible.builtin.known_hosts", "managed_files")  # not its state check
