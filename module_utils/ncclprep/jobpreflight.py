@@ -336,11 +336,11 @@ def read_token_file(path: str) -> str:
     or not a regular file, belongs to another user than this process's, or its group or others
     may read or write it (someone else could have read or planted it), or it holds no secret."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fh = open(path, encoding="utf-8", errors="replace", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW))
     except OSError as exc:
         raise Usage(f"--token-file {path}: {exc.strerror} (a regular file, not a link, is needed)") from None
-    try:
-        st = os.fstat(fd)
+    with fh:
+        st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise Usage(f"--token-file {path}: not a regular file")
         if st.st_uid != os.geteuid():
@@ -348,12 +348,7 @@ def read_token_file(path: str) -> str:
         if st.st_mode & 0o077:
             raise Usage(f"--token-file {path}: mode {stat.S_IMODE(st.st_mode):04o}: its group or others may "
                         f"read it (0600 or 0400 needed)")
-        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
-            fd = -1
-            token = (fh.read(4096).splitlines() or [""])[0].strip()
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        token = (fh.read(4096).splitlines() or [""])[0].strip()
     try:
         os.unlink(path)
     except OSError:

@@ -80,7 +80,6 @@ def test_the_stores_key_is_the_jobs_secret_else_one_derived_from_the_job_id_and_
     assert job_token({}, "7")[0] == derived != job_token({}, "8")[0]
 
 
-
 def test_the_secrets_file_is_read_once_and_removed_and_one_others_could_read_is_refused(tmp_path, capsys):
     """validate.yml hands the run's secret in a file (--token-file), not in the environment that
     Ansible's async start puts on a command line (docs/security.md)."""
