@@ -37,7 +37,7 @@ from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
     ifname_problem,
     parse_cidr,
 )
-from ansible.module_utils.ncclprep.probes.net import min_deadline  # noqa: E402
+from ansible.module_utils.ncclprep.node import settings as preflight_settings  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import HOST_GLOBAL, check_value, kernel_error  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.sysctl_tuning import keys_to_set, parse_trial, proc_path  # noqa: E402
 from ansible.module_utils.ncclprep.parsers.sysctl import normalize  # noqa: E402
@@ -361,11 +361,14 @@ def irqs_to_pin(irq: dict | None, current: dict | None) -> list:
     return irqs_off(irq, current or {})
 
 
-def net_min_deadline(join_timeout, connect_timeout, step_timeout, bandwidth_seconds, mtu=None) -> int:
-    """netprobe.min_deadline rounded up to whole seconds: the shortest preflight_net_timeout
-    under which a node lost mid-run is named rather than every probe killed at the deadline."""
-    return math.ceil(min_deadline(float(join_timeout), float(connect_timeout), float(step_timeout),
-                                  float(bandwidth_seconds), None if mtu is None else int(mtu)))
+def preflight_problems(run_settings, host, mtu=None) -> list:
+    """node/settings.py problems: every invalid preflight setting of ``run_settings`` (lookup
+    ncclprep_preflight_settings' sections) as "<host>: <variable>=<value>: valid: <what>"; ``mtu``
+    (bytes, or None when nic_mtu is off) counts the path-MTU search in the network probe's least
+    deadline."""
+    if not isinstance(run_settings, dict):
+        raise AnsibleFilterError(f"ncclprep_preflight_problems: {run_settings!r} is not the settings' sections")
+    return preflight_settings.problems(run_settings, str(host), None if mtu is None else int(mtu))
 
 
 def blame_deadline(hosts, round_timeout, probe_timeout, join_timeout) -> int:
@@ -414,6 +417,6 @@ class FilterModule:
             "ncclprep_ufw_to_add": ufw_to_add,
             "ncclprep_cidr_errors": cidr_errors,
             "ncclprep_managed": managed,
-            "ncclprep_net_min_deadline": net_min_deadline,
+            "ncclprep_preflight_problems": preflight_problems,
             "ncclprep_blame_deadline": blame_deadline,
         }

@@ -75,7 +75,6 @@ import datetime
 import hashlib
 import json
 import os
-import re
 import socket
 import stat
 import subprocess
@@ -90,6 +89,7 @@ from ansible.module_utils.ncclprep.checks import BAD, evaluate
 from ansible.module_utils.ncclprep.drift import check_record, inventory_row
 from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
 from ansible.module_utils.ncclprep.node import check as nodecheck
+from ansible.module_utils.ncclprep.node import settings as preflight_settings
 from ansible.module_utils.ncclprep.slurm.claims import CLAIMS_DIR, claim_of, write_claim
 
 EXIT_PASS, EXIT_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
@@ -189,37 +189,11 @@ def parse_nodes(text: str) -> list[str]:
     return names
 
 
-#: What --settings may change, section by section, each key with the Ansible variable it comes from:
-#: the intent's ``job`` sections (validate.yml's preflight_* values as site.yml recorded them:
-#: roles/preflight/vars/main.yml __preflight_run_settings, held equal, key and variable, by
-#: tests/unit/test_jobpreflight.py; every variable in the role's argument spec) and the node
-#: reading's validate-time options (``node``). Members, launcher, script, CPU binding, the MTU and
-#: ssh's user, key and known_hosts are site.yml's and stay the intent's. A refused setting is named
-#: by its key and its variable (``named``).
-SETTABLE: dict[str, dict[str, str]] = {
-    "net": {key: f"preflight_net_{key}" for key in (
-        "enabled", "store_port", "listen_port", "ports", "ephemeral_sample", "latency_samples", "bandwidth_seconds",
-        "matchings", "every_pair", "repair", "max_latency_us", "slow_z", "slow_ratio", "min_gbps", "join_timeout",
-        "step_timeout", "connect_timeout", "timeout")},
-    "probe": {key: f"preflight_probe_{key}" for key in (
-        "enabled", "port", "ops", "sizes", "warmup", "iters", "timeout", "join_timeout", "local_ranks", "blame",
-        "blame_timeout")},
-    "smoke": {key: f"preflight_smoke_{key}" for key in ("enabled", "steps", "accumulation", "timeout")},
-    "ssh": {key: f"preflight_ssh_{key}" for key in ("enabled", "peers", "timeout", "parallel")},
-    "drift": {"enabled": "preflight_drift_enabled"},
-    "report": {"min_busbw_gbps": "preflight_min_busbw_gbps", "expect_net": "preflight_probe_expect_net",
-               "link_floor_ratio": "preflight_net_link_floor_ratio"},
-    "node": {"connect_port": "preflight_connect_port", "timeout": "preflight_name_timeout",
-             "dataset_path": "preflight_dataset_path"},
-}
-
-
-def named(why: str, section: str) -> str:
-    """``why``, a message about ``section``'s settings, followed by the variable of each of its keys
-    it names as a word (SETTABLE), e.g. ``... timeout=20 ... (preflight_net_timeout)``: a launcher's
-    user sets the variable, the engine sees the key."""
-    found = [var for key, var in SETTABLE[section].items() if re.search(rf"(?<!\w){re.escape(key)}(?!\w)", why)]
-    return f"{why} ({', '.join(found)})" if found else why
+#: What --settings may change (node/settings.py SETTABLE: section -> key -> its preflight_* variable):
+#: the intent's ``job`` sections (validate.yml's preflight_* values as site.yml recorded them) and the
+#: node reading's validate-time options (``node``). Members, launcher, script, CPU binding, the MTU and
+#: ssh's user, key and known_hosts are site.yml's and stay the intent's.
+SETTABLE = preflight_settings.SETTABLE
 
 
 def _same_kind(was: object, value: object) -> bool:
@@ -424,7 +398,7 @@ def drift_rows(path: str | None, me: str, say: Callable[[str], None], inventory:
 def options(job: Mapping, names: list[str], addresses: list[str], rank: int, token: str, seed: str,
             local_ranks: list[int]) -> dict:
     """The network probe's and the collectives' options for this node (``net``: probes/net.py
-    ARGUMENT_SPEC's keys; ``probe``: probes/job.py host_collectives'), from the intent's ``job``
+    OPTIONS; ``probe``: probes/job.py host_collectives'), from the intent's ``job``
     settings (validate.yml's preflight_* values) and the job's nodes in rank order."""
     net, probe = job["net"], job["probe"]
     net_opts = {k: net[k] for k in ("store_port", "listen_port", "ports", "ephemeral_sample", "mtu",
@@ -444,25 +418,21 @@ def options(job: Mapping, names: list[str], addresses: list[str], rank: int, tok
     return {"net": net_opts, "probe": probe_opts}
 
 
-def bad_settings(job: Mapping, names: list[str], addresses: list[str], rank: int) -> None:
-    """Raises Usage naming the host, the option and its value when the settings (the intent's, with
-    --settings over them) give the network probe (probes/net.py bad_input) or the collectives
-    (probes/job.py bad_options) an invalid option: before anything joins or measures."""
-    from ansible.module_utils.ncclprep.probes.job import bad_options
+def bad_settings(doc: Mapping, names: list[str], addresses: list[str], rank: int) -> None:
+    """Raises Usage naming the host, every invalid setting's variable and value and what is valid
+    (node/settings.py problems, on the intent document ``doc``'s settings with --settings over them),
+    or an option the network probe refuses (probes/net.py bad_input: the members, their addresses,
+    the MTU): before anything joins or measures."""
     from ansible.module_utils.ncclprep.probes.net import bad_input
 
-    o = options(job, names, addresses, rank, "-", "-", [1] * len(names))
-    why = bad_input(o["net"]) if job["net"]["enabled"] else None
-    if why:
-        why = named(why, "net")
-    elif job["probe"]["enabled"]:
-        why = bad_options(o["probe"], names[rank])
-        why = why and named(why, "probe")
-    peers = (job.get("ssh") or {}).get("peers")
-    if not why and peers is not None and (isinstance(peers, bool) or not isinstance(peers, int) or peers < 1):
-        why = named(f"{names[rank]}: ssh.peers={peers!r}: valid: an integer >= 1, null: every peer", "ssh")
-    if why:
-        raise Usage(f"the preflight settings: {why}")
+    job = doc["job"]
+    sections = {sec: (doc.get("node") or {}) if sec == "node" else job.get(sec) for sec in SETTABLE}
+    found = preflight_settings.problems(sections, names[rank], job["net"].get("mtu"))
+    if not found and job["net"]["enabled"]:
+        why = bad_input(options(job, names, addresses, rank, "-", "-", [1] * len(names))["net"])
+        found = [why] if why else []
+    if found:
+        raise Usage(f"the preflight settings: {'; '.join(found)}")
 
 
 def net_limits(job: Mapping) -> dict:
@@ -533,7 +503,7 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
     names, addresses = job_members(settings["members"], job["nodes"])
     rank, world = job["rank"], len(names)
     me = names[rank]
-    bad_settings(settings, names, addresses, rank)
+    bad_settings(doc, names, addresses, rank)
     token, sealed = job_token(env, job["job_id"])
     if rank == 0 and not sealed:
         say(f"{ENV_TOKEN} not set: the job's stores are not sealed (only the firewall guards them)")

@@ -101,7 +101,7 @@ class Context:
     link_floor_ratio: float | None = 0.1
 
     #: The net.* limits cluster_report passes (all but link_floor_ratio are also the network
-    #: probe's options of the same names, probes/net.py ARGUMENT_SPEC).
+    #: probe's options of the same names, probes/net.py OPTIONS).
     NET_LIMITS = ("max_latency_us", "slow_z", "slow_ratio", "min_gbps", "link_floor_ratio")
 
 

@@ -928,6 +928,9 @@ BAD_INPUT = [
     # values the kernel refuses or keeps otherwise, tried in a throw-away network namespace
     ('{"sysctl_tuning_overrides": {"net.core.somaxconn": -1, "net.ipv4.tcp_rmem": "4096 87380"}}',
      "node2: net.core.somaxconn=-1: the kernel refuses it"),
+    # issue 42: the preflight's settings, recorded in every node's intent, are checked before any change
+    ("preflight_probe_blame_timeout=5",
+     "node1: preflight_probe_blame_timeout=5: valid: an integer >= 10 (seconds of one blame round"),
     # the controller (10.77.29.1) outside both the cluster rule and the admin networks
     ('{"firewall_cluster_cidr": "10.77.29.8/29", "firewall_admin_cidrs": ["192.0.2.0/24"]}',
      "node1: the rules would lock the controller out: its SSH connection from 10.77.29.1 to 10.77.29.11:22"),

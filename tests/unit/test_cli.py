@@ -41,7 +41,7 @@ REPORT_OK = ev("runner_on_ok", host="node1", task="Evaluate the checks and write
                                                   "problems": ["FAIL sysctl [node2]: ..."]})
 VERDICT = ev("runner_on_failed", host="node1", task=runner.VERDICT_TASK, task_action="ansible.builtin.fail",
              res={"msg": ["Preflight FAIL (report: /r/x)", "FAIL sysctl [node2]: somaxconn 128"]})
-INPUT = ev("runner_on_failed", host="node2", task="Check preflight_* variables the argument spec cannot check",
+INPUT = ev("runner_on_failed", host="node2", task="preflight : Check the preflight's settings",
            task_action="ansible.builtin.assert",
            res={"msg": "node2: preflight_probe_local_ranks=0: valid: null or an integer >= 1"})
 

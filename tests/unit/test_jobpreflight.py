@@ -126,9 +126,9 @@ def test_the_options_are_validate_ymls_settings_for_the_jobs_nodes_in_rank_order
     assert o["net"]["rank"] == 1 and o["net"]["hosts"] == ["a", "b"] and o["net"]["token"] == "tok"
     assert o["net"]["addresses"] == ["10.0.0.1", "10.0.0.2"] and o["net"]["mtu"] == 4096
     assert o["net"]["seed"] == "slurm-7" and o["net"]["timeout"] == 120
-    from ansible.module_utils.ncclprep.probes.net import ARGUMENT_SPEC, bad_input
+    from ansible.module_utils.ncclprep.probes.net import OPTIONS, bad_input
 
-    assert set(o["net"]) == set(ARGUMENT_SPEC) and bad_input(o["net"]) is None
+    assert set(o["net"]) == set(OPTIONS) and bad_input(o["net"]) is None
     assert o["probe"]["master_addr"] == "10.0.0.1" and o["probe"]["master_port"] == 29510
     assert o["probe"]["local_ranks"] == [2, 2] and o["probe"]["cpu_binding"] == ["0-15", "16-31"]
     assert o["probe"]["blame_floor"] == 5.0
@@ -257,54 +257,50 @@ def test_the_nodes_inline_stand_for_a_member_list_and_the_settings_change_this_r
     assert len(seen) == 1
 
 
-def test_what_settings_may_change_is_what_validate_yml_hands_on():
-    """jobpreflight.SETTABLE, section by section, holds exactly the keys of the preflight role's
-    __preflight_run_settings (roles/preflight/vars/main.yml): what site.yml records in the intent's
-    job key and validate.yml passes with --settings; a key on one side only would be refused or
-    never set."""
-    import re
-
+def test_what_settings_may_change_is_the_tables_and_validate_yml_hands_on_the_table():
+    """jobpreflight.SETTABLE is node/settings.py's table, section by section (every key with its
+    variable), and the preflight role's __preflight_run_settings (what site.yml records in the intent's
+    job key and validate.yml passes with --settings) is the lookup that builds every one of them."""
     import yaml
+    from ansible.module_utils.ncclprep.node import settings
 
     role = os.path.join(os.path.dirname(DOCS), "roles", "preflight")
     with open(os.path.join(role, "vars", "main.yml"), encoding="utf-8") as fh:
         run_settings = yaml.safe_load(fh)["__preflight_run_settings"]
-    with open(os.path.join(role, "meta", "argument_specs.yml"), encoding="utf-8") as fh:
-        spec = yaml.safe_load(fh)["argument_specs"]["main"]["options"]
-    assert {k: sorted(v) for k, v in run_settings.items()} == {k: sorted(v) for k, v in SETTABLE.items()}
-    # each key is its variable's value, and named by it in a refusal: the variable the role documents
-    given = {s: {k: sorted(set(re.findall(r"\bpreflight_\w+", str(e)))) for k, e in keys.items()}
-             for s, keys in run_settings.items()}
-    assert given == {s: {k: [var] for k, var in keys.items()} for s, keys in SETTABLE.items()}
-    assert sorted(var for keys in SETTABLE.values() for var in keys.values() if var not in spec) == []
+    assert run_settings == "{{ query('ncclprep_preflight_settings') | first }}"
+    assert SETTABLE == {sec: {s.key: s.var for s in settings.SETTINGS if s.section == sec} for sec in settings.SECTIONS}
+    assert sum(len(keys) for keys in SETTABLE.values()) == len(settings.SETTINGS) == len(settings.BY_VAR)
 
 
-def test_settings_the_probes_would_refuse_are_refused_before_anything_joins(tmp_path, capsys, monkeypatch):
-    """The network probe's and the collectives' own rules (probes/net.py bad_input, probes/job.py
-    bad_options) on the settings with --settings over them: exit 2 naming host, option and value,
-    before the job's store is opened."""
+def test_settings_out_of_range_are_refused_before_anything_joins(tmp_path, capsys, monkeypatch):
+    """The settings' ranges (node/settings.py problems) on the intent's settings with --settings over
+    them: exit 2 naming host, variable, value and what is valid, every problem at once, before the
+    job's store is opened."""
     intent = tmp_path / "intent.json"
     intent.write_text(json.dumps({"version": nodecheck.INTENT_VERSION, "host": "gpu02", "readers": {}, "intent": {},
                                   "node": {}, "job": dict(SETTINGS, members={"gpu01": "10.0.0.1", "gpu02": "10.0.0.2"},
                                                           ssh={"peers": 32}, smoke={"enabled": False})}))
     opened = []
     monkeypatch.setattr(jobpreflight, "open_signed_store", lambda *a: opened.append(a))
-    for given, error in (({"probe": {"join_timeout": 60}}, "gpu02: join_timeout=60 must be below timeout=60 "
-                                                           "(preflight_probe_timeout, preflight_probe_join_timeout)"),
-                         ({"probe": {"ops": ["allreduce"]}}, "gpu02: unknown collective(s) in ops: ['allreduce']; "
-                                                             "valid: ['all_gather', 'all_reduce', 'all_to_all', "
-                                                             "'broadcast', 'reduce_scatter'] (preflight_probe_ops)"),
-                         ({"net": {"store_port": 70000}},
-                          "gpu02: store_port=70000 is not a TCP port (1..65535) (preflight_net_store_port)"),
-                         ({"net": {"timeout": 40}}, "gpu02: timeout=40 is below 86 s, the join (30 s) plus one "
-                                                    "round's deadline and 10 s: a node lost mid-run would get every "
-                                                    "node's probe killed instead of being named "
-                                                    "(preflight_net_timeout)"),
-                         ({"ssh": {"peers": 0}},
-                          "gpu02: ssh.peers=0: valid: an integer >= 1, null: every peer (preflight_ssh_peers)")):
+    for given, error in (({"probe": {"join_timeout": 60}},
+                          "gpu02: preflight_probe_join_timeout=60: valid: below preflight_probe_timeout (60)"),
+                         ({"probe": {"ops": ["allreduce"]}},
+                          "gpu02: preflight_probe_ops=[\"allreduce\"]: valid: a list of collectives, each one of "
+                          "all_gather, all_reduce, all_to_all, broadcast, reduce_scatter"),
+                         ({"net": {"store_port": 70000}, "probe": {"blame_timeout": 5}},
+                          "gpu02: preflight_net_store_port=70000: valid: a TCP port, 1..65535; gpu02: "
+                          "preflight_probe_blame_timeout=5: valid: an integer >= 10 (seconds of one blame round, half "
+                          "of them for the ranks to arrive)"),
+                         ({"net": {"timeout": 40}},
+                          "gpu02: preflight_net_timeout=40: valid: at least 86 s, preflight_net_join_timeout (30 s) "
+                          "plus one round's deadline and 10 s; below it a node lost mid-run gets every node's probe "
+                          "killed instead of named"),
+                         ({"node": {"timeout": 0}}, "gpu02: preflight_name_timeout=0: valid: seconds > 0"),
+                         ({"ssh": {"peers": 0}}, "gpu02: preflight_ssh_peers=0: valid: null or an integer >= 1")):
         argv = ["--nodes", "gpu01,gpu02", "--intent", str(intent), "--settings", json.dumps(given)]
         assert jobpreflight.main(argv, env={}) == EXIT_USAGE, given
-        assert f"ncclprep node preflight: gpu02: the preflight settings: {error}" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"ncclprep node preflight: gpu02: the preflight settings: {error}\n" in err, err
     assert opened == []
 
 

@@ -33,7 +33,12 @@ from conftest import BIN, REPO
      "fake1: preflight_net_timeout=70: valid: at least 79 s, preflight_net_join_timeout (20 s) plus one round's "
      "deadline and 10 s; below it a node lost mid-run gets every node's probe killed instead of named"),
     ({"preflight_probe_local_ranks": 0}, "fake1: preflight_probe_local_ranks=0: valid: null or an integer >= 1"),
-    ({"preflight_probe_expect_net": "roce"}, "fake1: preflight_probe_expect_net=roce: valid: ib, socket or null"),
+    ({"preflight_probe_expect_net": "roce"},
+     "fake1: preflight_probe_expect_net=roce: valid: null or one of ib, socket"),
+    # every problem at once, a string from -e converted first (Jinja2's int filter made "abc" 0)
+    ({"preflight_net_slow_ratio": "1.5", "preflight_probe_join_timeout": 200},
+     "fake1: preflight_net_slow_ratio=1.5: valid: a fraction in (0, 1]; fake1: preflight_probe_join_timeout=200: "
+     "valid: below preflight_probe_timeout (120)"),
 ])
 def test_bad_preflight_variable_is_refused_first_naming_host_variable_and_value(tmp_path, extra, message):
     inventory = {"all": {"hosts": {"fake1": {"ansible_connection": "local"}}}}
@@ -47,5 +52,6 @@ def test_bad_preflight_variable_is_refused_first_naming_host_variable_and_value(
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
     tasks = json.loads(out.stdout[out.stdout.index("{"):])["plays"][0]["tasks"]
     failed = [t for t in tasks if t["hosts"]["fake1"].get("failed")]
-    assert len(failed) == 1 and failed[0]["task"]["name"].startswith("preflight : Check preflight_"), failed
+    assert len(failed) == 1, failed
+    assert failed[0]["task"]["name"].startswith("preflight : Check the preflight's settings"), failed
     assert " ".join(failed[0]["hosts"]["fake1"]["msg"].split()) == message

@@ -10,24 +10,7 @@ import shutil
 import tempfile
 
 from ansible.module_utils.ncclprep.probes.collective_blame import run_blame
-from ansible.module_utils.ncclprep.probes.collectives import SUPPORTED, nccl_log_summary, run_local_ranks
-
-
-def bad_options(p: dict, host: str) -> str | None:
-    """The first invalid option of the collectives' options ``p`` (jobpreflight.options' ``probe``),
-    as a message naming ``host``, the option and its value; None when they are valid: every op one
-    SUPPORTED by NCCL, sizes positive byte counts, the join deadline below the run's, a blame round
-    of at least 10 s (half of it for the ranks to arrive)."""
-    bad = [op for op in p["ops"] if op not in SUPPORTED["nccl"]]
-    if bad:
-        return f"{host}: unknown collective(s) in ops: {bad}; valid: {sorted(SUPPORTED['nccl'])}"
-    if not p["sizes"] or any(int(s) <= 0 for s in p["sizes"]):
-        return f"{host}: sizes must be positive byte counts, got {p['sizes']}"
-    if p["join_timeout"] >= p["timeout"]:
-        return f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
-    if p["blame"] and p["blame_timeout"] < 10:
-        return f"{host}: blame_timeout={p['blame_timeout']}: valid: an integer >= 10"
-    return None
+from ansible.module_utils.ncclprep.probes.collectives import nccl_log_summary, run_local_ranks
 
 
 def host_collectives(p: dict, host: str, offsets: list, torch_error: str | None) -> dict:

@@ -732,35 +732,13 @@ def _second_phase(store, keeper: Keeper, hosts: list[str], present: list[int], g
 
 # ---------------------------------------------------------------- the module's options and run
 
-#: The net probe's options, as an Ansible argument spec (types, defaults): what jobpreflight.options
-#: gives ``probe`` from the preflight's settings (the preflight role's preflight_net_* variables,
-#: documented in roles/preflight/meta/argument_specs.yml), checked by ``bad_input``.
-ARGUMENT_SPEC = dict(
-    rank=dict(type="int", required=True),
-    hosts=dict(type="list", elements="str", required=True),
-    addresses=dict(type="list", elements="str", required=True),
-    store_port=dict(type="int", default=29520),
-    listen_port=dict(type="int", default=29521),
-    token=dict(type="str", required=True, no_log=True),
-    ports=dict(type="list", elements="int", default=[]),
-    ephemeral_range=dict(type="list", elements="int"),
-    ephemeral_sample=dict(type="int", default=4),
-    mtu=dict(type="int"),
-    latency_samples=dict(type="int", default=100),
-    bandwidth_seconds=dict(type="float", default=0.25),
-    matchings=dict(type="int", default=2),
-    every_pair=dict(type="bool", default=False),
-    repair=dict(type="int", default=2),
-    seed=dict(type="str", default=""),
-    max_latency_us=dict(type="float"),
-    slow_z=dict(type="float", default=-3.5),
-    slow_ratio=dict(type="float", default=0.5),
-    min_gbps=dict(type="float"),
-    join_timeout=dict(type="int", default=30),
-    step_timeout=dict(type="float", default=2),
-    connect_timeout=dict(type="float", default=1),
-    timeout=dict(type="int", default=120),
-)
+#: The net probe's options (``probe``'s ``p``): jobpreflight.options builds them from the members and
+#: the preflight's settings, whose types, defaults and ranges are node/settings.py's; ``token`` and
+#: ``seed`` are the run's, ``ephemeral_range`` None reads the node's own.
+OPTIONS = ("rank", "hosts", "addresses", "store_port", "listen_port", "token", "ports", "ephemeral_range",
+           "ephemeral_sample", "mtu", "latency_samples", "bandwidth_seconds", "matchings", "every_pair", "repair",
+           "seed", "max_latency_us", "slow_z", "slow_ratio", "min_gbps", "join_timeout", "step_timeout",
+           "connect_timeout", "timeout")
 
 
 def torch_missing(error: str) -> str:
@@ -771,44 +749,26 @@ def torch_missing(error: str) -> str:
 
 
 def bad_input(p: dict) -> str | None:
-    """The first invalid option of ``p`` (ARGUMENT_SPEC's keys, Ansible-checked types), as a message
-    naming the host (``hosts[rank]``), option and value, or None when every option is valid."""
+    """The first invalid option of ``p`` (OPTIONS) that is not a preflight setting (those
+    are node/settings.py's, checked by its ``problems`` first): the rank, the addresses, the ephemeral
+    range and the MTU, as a message naming the host (``hosts[rank]``), option and value; None when
+    they are valid."""
     n = len(p["hosts"])
     if not 0 <= p["rank"] < n:
         return f"rank={p['rank']} is outside 0..{n - 1} (hosts={p['hosts']})"
     host = p["hosts"][p["rank"]]
     if len(p["addresses"]) != n:
         return f"{host}: addresses has {len(p['addresses'])} entries for {n} hosts ({p['addresses']})"
-    for name in ("store_port", "listen_port"):
-        if not 1 <= p[name] <= 65535:
-            return f"{host}: {name}={p[name]} is not a TCP port (1..65535)"
-    if p["store_port"] == p["listen_port"]:
-        return f"{host}: store_port and listen_port are both {p['store_port']}"
-    bad_ports = [x for x in p["ports"] if not 1 <= x <= 65535]
-    if bad_ports:
-        return f"{host}: ports {bad_ports} are not TCP ports (1..65535)"
     rng = p["ephemeral_range"]
     if rng is not None and (len(rng) != 2 or not 1 <= rng[0] <= rng[1] <= 65535):
         return f"{host}: ephemeral_range={rng}: want [low, high] within 1..65535"
     if p["mtu"] is not None and not MIN_MTU <= p["mtu"] <= 65535:
         return f"{host}: mtu={p['mtu']} is outside {MIN_MTU}..65535"
-    for name, low in (("latency_samples", 1), ("ephemeral_sample", 0), ("matchings", 0), ("repair", 0)):
-        if p[name] < low:
-            return f"{host}: {name}={p[name]} must be >= {low}"
-    if p["slow_z"] >= 0 or not 0 < p["slow_ratio"] <= 1:
-        return f"{host}: slow_z={p['slow_z']} must be < 0 and slow_ratio={p['slow_ratio']} in (0, 1]"
-    if p["join_timeout"] >= p["timeout"]:
-        return f"{host}: join_timeout={p['join_timeout']} must be below timeout={p['timeout']}"
-    least = min_deadline(p["join_timeout"], p["connect_timeout"], p["step_timeout"], p["bandwidth_seconds"], p["mtu"])
-    if p["timeout"] < least:
-        return (f"{host}: timeout={p['timeout']} is below {math.ceil(least)} s, the join ({p['join_timeout']} s) "
-                f"plus one round's deadline and {ROUND_CLOSE_SLACK_S} s: a node lost mid-run would get every "
-                "node's probe killed instead of being named")
     return None
 
 
 def probe(p: dict, torch_error: str | None = None) -> dict:
-    """Run this node's part of the net probe with the options ``p`` (ARGUMENT_SPEC's keys, valid by
+    """Run this node's part of the net probe with the options ``p`` (OPTIONS, valid by
     ``bad_input``) in a child under the hard deadline ``p["timeout"]`` seconds, and return the
     ``net`` result (``{status, host, hosts, links: [{src, dst, phase, round, latency_us: {p50, p99,
     samples}, bandwidth_gbps, path_mtu: {mtu, ok, largest}, ports: {port: verdict}, hang, error}],
