@@ -312,7 +312,7 @@ def member_duplicates(members: dict) -> list[str]:
 
     A short name (a name's first label, without case) that names two members is refused too:
     Slurm knows a node by one name, and the job preflight and the re-test find its member by that
-    name or its short form (jobpreflight.job_members), so node1.a and node1.b would let a Slurm
+    name or its short form (node/preflight.py job_members), so node1.a and node1.b would let a Slurm
     node ``node1`` be measured, struck or resumed as the other (review N21).
     """
     out = []

@@ -7,7 +7,7 @@ Prolog some 50 ms more, python -X importtime here); none of them imports this on
     node check                    nodecheck.main: this node's checks against its intent
     node health | node prolog     nodehealth.main: Slurm's HealthCheckProgram and Prolog
     node epilog | node retest     retest.main: root's network re-test (Slurm's Epilog, or by hand)
-    node preflight                jobpreflight.main: a preflight, one task per node (srun, --members)
+    node preflight                node/preflight.py main: a preflight, one task per node (srun, --members)
     report --history              nodehealth.history_main: this node's ledger of verdicts
 
 Exit code 2 and the usage for anything else."""
@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         return retest.main(args[2:], args[1])
     if args[:2] == ["node", "preflight"]:  # a preflight, one task per node
         nodecheck.reexec_under_torch(args)
-        from ansible.module_utils.ncclprep import jobpreflight
+        from ansible.module_utils.ncclprep.node import preflight
 
-        return jobpreflight.main(args[2:])
+        return preflight.main(args[2:])
     if args[:2] == ["node", "check"]:
         return nodecheck.main(args[2:])
     print(USAGE, file=sys.stderr)

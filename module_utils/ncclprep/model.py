@@ -6,7 +6,7 @@ links to blame, sorted, no duplicates), ``measured``, ``expected`` (any JSON val
 ``message`` (one line) and ``remediation`` (one line).
 
 A host record (``HostRecord``) is what the preflight knows about one host at the end of
-the run; the preflight engine builds it on each node (jobpreflight.py) and its first node
+the run; the preflight engine builds it on each node (node/preflight.py) and its first node
 gathers them all.
 
 Pure Python, no Ansible: imported as ``ansible.module_utils.ncclprep.model``.

@@ -50,7 +50,7 @@ def keep(name: str, text: str) -> None:
 
 
 def test_the_engines_collectives_pick_nccl_and_every_op_is_correct_on_the_gpu(tmp_path):
-    """The engine's collectives (jobpreflight.options, then probes/job.py host_collectives) in a
+    """The engine's collectives (node/preflight.py options, then probes/job.py host_collectives) in a
     fresh process, as ``ncclprep node preflight`` runs them (no CUDA before its ranks fork), world
     size 1, under a run token."""
     net = {"store_port": 29520, "listen_port": 29521, "ports": [], "ephemeral_sample": 0, "mtu": None,
@@ -63,7 +63,7 @@ def test_the_engines_collectives_pick_nccl_and_every_op_is_correct_on_the_gpu(tm
     args = tmp_path / "settings.json"
     args.write_text(json.dumps(settings))
     boot = ("import json, sys, ncclprep\n"
-            "from ansible.module_utils.ncclprep.jobpreflight import options\n"
+            "from ansible.module_utils.ncclprep.node.preflight import options\n"
             "from ansible.module_utils.ncclprep.probes.collectives import rank_layout\n"
             "from ansible.module_utils.ncclprep.probes.job import host_collectives\n"
             f"o = options(json.load(open(sys.argv[1])), ['gpu1'], ['127.0.0.1'], 0, '{TOKEN}', 'gpu-test', [1])\n"

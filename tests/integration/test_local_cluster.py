@@ -627,7 +627,7 @@ def test_the_preflight_started_on_every_node_from_a_member_list_gives_the_srun_r
     ran = {c["id"]: c["status"] for c in cluster_json["checks"] if c["id"] != "drift.files"}
     assert ran["torchrun.smoke"] == "PASS" and ran["collective.all_reduce"] == "PASS" and ran["net.latency"] == "PASS"
     # started as root, it logs in to the others with the cluster key as validate.yml does (a job's
-    # user who cannot read that key leaves it a SKIP: tests/unit/test_jobpreflight.py)
+    # user who cannot read that key leaves it a SKIP: tests/unit/test_node_preflight.py)
     assert ran["ssh.trust"] == "PASS"
     if "srun_checks" in STATE:  # the srun run's checks, statuses alike (the same healthy nodes; its job is root's)
         assert ran == {k: v for k, v in STATE["srun_checks"].items() if k != "drift.files"}

@@ -132,7 +132,7 @@ def test_a_store_some_node_found_tampered_with_names_no_node_and_judges_no_link(
     is the stranger's doing. net.run is a WARN naming no host (not a HANG naming node2, not the
     first node), the link checks are SKIP, and no host's status is bad: neither the reports nor
     root's re-test blame a node, and the job's preflight vets every node."""
-    from ansible.module_utils.ncclprep.jobpreflight import vetted
+    from ansible.module_utils.ncclprep.node.preflight import vetted
     from ansible.module_utils.ncclprep.report.common import host_status
 
     recs = records([row("node1", "node3", gbps=0.01), row("node3", "node1")], missing=["node2"])

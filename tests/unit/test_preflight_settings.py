@@ -1,6 +1,6 @@
 """The preflight's settings are defined once (module_utils/ncclprep/node/settings.py): the role's
 argument spec and defaults are held to the table here, its README is generated from the spec
-(test_role_docs.py), the values of a run come from the table's lookup (test_jobpreflight.py), and
+(test_role_docs.py), the values of a run come from the table's lookup (test_node_preflight.py), and
 the ranges are one function, ``problems``, which validate.yml, site.yml and the engine run."""
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def test_a_member_that_never_answers_costs_the_prolog_nothing_and_no_torch_probe
 
 def test_the_prolog_looks_up_only_the_names_of_the_jobs_nodes(monkeypatch, tmp_path):
     """SLURM_JOB_NODELIST (or SLURM_NODELIST) names the job's nodes; a Slurm name matches a member
-    by its full or short name (jobpreflight.job_members); a node that is no member has no name."""
+    by its full or short name (node/preflight.py job_members); a node that is no member has no name."""
     log = tmp_path / "looked-up"
     fake_resolver(monkeypatch, str(log))
     intent = _intent(tmp_path, ["n1.example", "n2.example", "n3.example"], "/nonexistent")

@@ -329,7 +329,7 @@ def test_a_word_a_stranger_deletes_from_the_re_tests_store_delays_it_and_leaves_
 
 
 def test_missing_keys_names_the_late_ones_after_the_deadline_and_none_once_all_arrive():
-    """netutil.missing_keys, the waits of the job's preflight (jobpreflight.py)."""
+    """netutil.missing_keys, the waits of the job's preflight (node/preflight.py)."""
     from ansible.module_utils.ncclprep.netutil import missing_keys
 
     class Store:

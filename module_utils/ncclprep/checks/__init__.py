@@ -1,7 +1,7 @@
 """The checks of validate.yml: per-host records in, an ordered list of checks out.
 
 The record. ``evaluate`` reads host -> ``HostRecord`` (model.py), built on each node by the
-preflight engine (jobpreflight.py; its first node gathers them, and validate.yml takes them from
+preflight engine (node/preflight.py; its first node gathers them, and validate.yml takes them from
 it, roles/preflight/tasks/engine.yml)::
 
     {"alive": bool,              # False: never took part (unreachable, failed, or joined too late)

@@ -10,7 +10,7 @@ document ``intent_document`` reads::
      "readers": {concern: its reader options (OPTIONS of concerns/<concern>.py)},
      "roce_qos": {concerns.roce_qos.SURVEY_SPEC's options} or null (the concern off),
      "job": {the members' data-plane addresses, the launcher, validate.yml's preflight_* settings:
-             what ``ncclprep node preflight`` runs a Slurm job's preflight with, jobpreflight.py},
+             what ``ncclprep node preflight`` runs a Slurm job's preflight with, node/preflight.py},
      "intent": {concern: <concern>_intent, or null where it is off}}
 
 ``read_node`` reads the node as validate.yml's node_facts does (node.read_node: node.read_facts,

@@ -1,5 +1,5 @@
 """A node's probe job: the collectives on this node's ranks, then, when they went wrong, the
-collective blame's rounds (``ncclprep node preflight``, jobpreflight.py, runs it). It sits above
+collective blame's rounds (``ncclprep node preflight``, node/preflight.py, runs it). It sits above
 collectives.py (one run of ranks) and collective_blame.py (the rounds), which never import it."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def host_collectives(p: dict, host: str, offsets: list, torch_error: str | None)
     """This host's part of the collectives (and of the blame, with ``p["blame"]``): ``{status, rank,
     host, hosts, backend, stage, results (one row per op and size: op, size_bytes, count, time_us,
     algbw_gbps, busbw_gbps, wrong), missing_ranks, missing_hosts, error, ...}``. ``p``: the options of
-    jobpreflight.options' ``probe``; ``offsets``: rank_layout of the hosts' local ranks. Raises
+    node/preflight.py options' ``probe``; ``offsets``: rank_layout of the hosts' local ranks. Raises
     nothing: every failure is a status in the result."""
     if torch_error:
         # A measurement result, not a task error: the other ranks report this rank missing.

@@ -732,7 +732,7 @@ def _second_phase(store, keeper: Keeper, hosts: list[str], present: list[int], g
 
 # ---------------------------------------------------------------- the module's options and run
 
-#: The net probe's options (``probe``'s ``p``): jobpreflight.options builds them from the members and
+#: The net probe's options (``probe``'s ``p``): node/preflight.py options builds them from the members and
 #: the preflight's settings, whose types, defaults and ranges are node/settings.py's; ``token`` and
 #: ``seed`` are the run's, ``ephemeral_range`` None reads the node's own.
 OPTIONS = ("rank", "hosts", "addresses", "store_port", "listen_port", "token", "ports", "ephemeral_range",

@@ -4,7 +4,7 @@ job's preflight runs as the job's user, so what it finds is a claim; each task l
 ``CLAIMS_DIR/<job id>/claim.json`` (``write_claim``), in the folder root's Prolog made for the job's
 user alone (``prolog_claims``, ``open_claims``); root's Epilog takes it (``take_claim``) and hands
 what it believed to its own second run (``hand_over``, ``taken_over``). Only files and folders:
-jobpreflight.py, slurm/health.py and slurm/retest.py read and write claims through here."""
+node/preflight.py, slurm/health.py and slurm/retest.py read and write claims through here."""
 
 from __future__ import annotations
 

@@ -489,9 +489,9 @@ def health(host: str, record: dict | None, ledger_path: str, runner: Runner, max
 
 def _job_members(doc: dict, nodelist: str | None) -> set[str] | None:
     """The members among the job's Slurm nodes (``nodelist``: Slurm's expression; a Slurm name
-    matches a member by full or short name, jobpreflight.job_members), None (every member) without
+    matches a member by full or short name, node/preflight.py job_members), None (every member) without
     a node list or when it cannot be expanded. A node that is no member has no name to look up."""
-    from ansible.module_utils.ncclprep.jobpreflight import hostnames, job_members
+    from ansible.module_utils.ncclprep.node.preflight import hostnames, job_members
 
     if not nodelist:
         return None

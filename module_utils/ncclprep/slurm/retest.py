@@ -1,7 +1,7 @@
 """``ncclprep node epilog`` and ``ncclprep node retest``: root's own network re-test, the only path
 from a network fault to a Slurm drain (issue 25; docs/slurm.md, "Verdicts a job's user cannot forge").
 
-A job's preflight (jobpreflight.py) runs as the job's user, so what it finds is a claim, not a
+A job's preflight (node/preflight.py) runs as the job's user, so what it finds is a claim, not a
 verdict. When its checks failed on the network (slurm.is_network: net.*, collective.*, torchrun.*)
 each of its tasks leaves the claim on its node: ``CLAIMS_DIR/<job id>/claim.json``
 (``write_claim``). The job's folder is made by slurm.conf's Prolog (root, ``prolog_claims``) for
@@ -154,7 +154,7 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
     ``nodes``: the Slurm names in the job's order, ``me`` this node's; ``may``: this node's rate
     limit lets it take part. Raises CouldNotRun (no job settings, the store not reached or tampered
     with)."""
-    from ansible.module_utils.ncclprep.jobpreflight import job_members
+    from ansible.module_utils.ncclprep.node.preflight import job_members
 
     settings = doc.get("job")
     if not isinstance(settings, dict):
@@ -182,7 +182,7 @@ def retest(doc: dict, nodes: list[str], me: str, run_id: str, key: str, may: boo
 def _steps(store, rank, world, names, addresses, settings, run_id, key, may, join_timeout, say):
     """retest's steps 1-3 on ``store`` (the run's sealed store). Raises StoreTampered, RuntimeError
     (the store stopped answering)."""
-    from ansible.module_utils.ncclprep.jobpreflight import net_limits, options
+    from ansible.module_utils.ncclprep.node.preflight import net_limits, options
     from ansible.module_utils.ncclprep.probes.net import probe as net_probe
 
     keeper = Keeper(store)
@@ -331,7 +331,7 @@ def main(argv: list[str], command: str = "retest", env: Mapping[str, str] | None
                 return EXIT_OK
             nodecheck.reexec_under_torch(["node", "epilog", *argv], {ENV_TAKEN: "1"})
             taken_over(job_id, opts.taken)  # torch is here: this run goes on; the hand-over is not needed
-        from ansible.module_utils.ncclprep.jobpreflight import hostnames
+        from ansible.module_utils.ncclprep.node.preflight import hostnames
 
         try:
             nodes = hostnames(nodelist)

@@ -343,7 +343,7 @@ def job_token(env: Mapping[str, str], job_id: str) -> tuple[str, bool]:
 
 def run_key(job: Mapping) -> str:
     """What every node of one run must agree on, as one word: the run's id and a digest of its
-    nodes in rank order (jobpreflight.run compares each node's with the first node's)."""
+    nodes in rank order (node/preflight.py run compares each node's with the first node's)."""
     return f"{job['job_id']}/{nodes_digest(job['nodes'])}".replace(" ", "_")
 
 

@@ -1,4 +1,4 @@
-"""`ncclprep node preflight` (module_utils/ncclprep/jobpreflight.py): the job's nodes and ranks from
+"""`ncclprep node preflight` (module_utils/ncclprep/node/preflight.py): the job's nodes and ranks from
 Slurm's environment, the members they are, the store's key, the options, the vetted nodes and the
 exit codes. The run itself across nodes is tested on the local Slurm cluster
 (tests/integration/test_local_cluster.py)."""
@@ -10,8 +10,11 @@ import os
 import typing
 
 import pytest
-from ansible.module_utils.ncclprep import cli, jobpreflight
-from ansible.module_utils.ncclprep.jobpreflight import (
+from ansible.module_utils.ncclprep import cli
+from ansible.module_utils.ncclprep.model import HostRecord
+from ansible.module_utils.ncclprep.node import check as nodecheck
+from ansible.module_utils.ncclprep.node import preflight as jobpreflight
+from ansible.module_utils.ncclprep.node.preflight import (
     EXIT_COULD_NOT_RUN,
     EXIT_FAILED,
     EXIT_PASS,
@@ -26,8 +29,6 @@ from ansible.module_utils.ncclprep.jobpreflight import (
     read_members,
     verdict,
 )
-from ansible.module_utils.ncclprep.model import HostRecord
-from ansible.module_utils.ncclprep.node import check as nodecheck
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
 NODES = {"gpu[01-03]": ["gpu01", "gpu02", "gpu03"], "gpu[01,03]": ["gpu01", "gpu03"]}
