@@ -108,13 +108,10 @@ def test_an_intent_is_its_modules_function_of_declared_inputs(concern):
     """Issue 24, item 5, by construction: the role's intent.yml is one task that asks the lookup for
     the module's ``intent``, which gets the variables of INTENT_VARS and the facts of INTENT_FACTS
     only (concerns.intent_inputs). Each of INTENT_VARS is a variable of a concern's role (its
-    defaults), the membership or the intent of a concern before it in the registry; never a fact.
-    A play may include the file for the role's variables only and compute every intent itself, in
-    one task through the same lookup (ncclprep_intents_together)."""
+    defaults), the membership or the intent of a concern before it in the registry; never a fact."""
     tasks = load(os.path.join(REPO, "roles", concern, "tasks", "intent.yml"))
     assert [{k: v for k, v in t.items() if k != "name"} for t in tasks] == [
-        {"ansible.builtin.set_fact": {f"{concern}_intent": f"{{{{ query('ncclprep_intent', '{concern}') | first }}}}"},
-         "when": "not ncclprep_intents_together | default(false)"}]
+        {"ansible.builtin.set_fact": {f"{concern}_intent": f"{{{{ query('ncclprep_intent', '{concern}') | first }}}}"}}]
     module = concerns.BY_NAME[concern]
     role_vars = set()
     for role in NAMES:
