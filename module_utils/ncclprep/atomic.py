@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 import time
 
@@ -50,3 +51,27 @@ def write_atomic(path: str, data: str | bytes, mode: int = 0o644) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def read_once(path: str, limit: int, private: bool = False) -> bytes:
+    """The first ``limit`` bytes of ``path``, a file handed from one of this user's processes to
+    another (a run's secret, a claim root's Epilog took over), and the file removed, so that it is
+    read once. It is read only when it is a regular file (opened without following a link and
+    without waiting on a FIFO, then checked on the open descriptor) owned by this process's user,
+    and with ``private``, one its group and others may not read or write. Raises ValueError saying
+    why not, OSError (FileNotFoundError among them) when it cannot be opened; the file is removed
+    only once read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_uid != os.geteuid():
+            raise ValueError(f"owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}")
+        if private and st.st_mode & 0o077:
+            raise ValueError(f"mode {stat.S_IMODE(st.st_mode):04o}: its group or others may read it (0600 or 0400 "
+                             "needed)")
+        data = fh.read(limit)
+    with contextlib.suppress(OSError):  # a read-only place: the file stays, owner-only
+        os.unlink(path)
+    return data

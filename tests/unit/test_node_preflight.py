@@ -105,6 +105,10 @@ def test_the_secrets_file_is_read_once_and_removed_and_one_others_could_read_is_
         jobpreflight.read_token_file(str(empty))
     with pytest.raises(Usage, match="No such file"):
         jobpreflight.read_token_file(str(tmp_path / "absent"))
+    fifo = tmp_path / "fifo.token"  # opened without waiting for a writer, and refused
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(Usage, match="fifo.token: not a regular file"):
+        jobpreflight.read_token_file(str(fifo))
     # through the command line: refused with exit 2 and the file named, before the member list is read
     assert jobpreflight.main(["--nodes", "a,b", "--token-file", str(loose)], env={}) == EXIT_USAGE
     assert f"--token-file {loose}: mode 0644" in capsys.readouterr().err

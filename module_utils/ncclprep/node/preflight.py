@@ -84,7 +84,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 
-from ansible.module_utils.ncclprep.atomic import write_atomic
+from ansible.module_utils.ncclprep.atomic import read_once, write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
 from ansible.module_utils.ncclprep.drift import check_record, inventory_row
 from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
@@ -306,27 +306,17 @@ def job_members(members: Mapping[str, str], nodes: list[str]) -> tuple[list[str]
 
 def read_token_file(path: str) -> str:
     """The run's secret from ``path`` (its first line), and the file removed, so that the secret
-    stays in this process alone. Raises Usage, before anything is read, when ``path`` is a link
-    or not a regular file, belongs to another user than this process's, or its group or others
-    may read or write it (someone else could have read or planted it), or it holds no secret."""
+    stays in this process alone (atomic.read_once, private). Raises Usage, before anything is read,
+    when ``path`` is a link or not a regular file, belongs to another user than this process's, or
+    its group or others may read or write it (someone else could have read or planted it), or it
+    holds no secret."""
     try:
-        fh = open(path, encoding="utf-8", errors="replace", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW))
+        data = read_once(path, 4096, private=True)
     except OSError as exc:
         raise Usage(f"--token-file {path}: {exc.strerror} (a regular file, not a link, is needed)") from None
-    with fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise Usage(f"--token-file {path}: not a regular file")
-        if st.st_uid != os.geteuid():
-            raise Usage(f"--token-file {path}: owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}")
-        if st.st_mode & 0o077:
-            raise Usage(f"--token-file {path}: mode {stat.S_IMODE(st.st_mode):04o}: its group or others may "
-                        f"read it (0600 or 0400 needed)")
-        token = (fh.read(4096).splitlines() or [""])[0].strip()
-    try:
-        os.unlink(path)
-    except OSError:
-        pass  # a read-only place: the file stays owner-only
+    except ValueError as exc:
+        raise Usage(f"--token-file {path}: {exc}") from None
+    token = (data.decode("utf-8", "replace").splitlines() or [""])[0].strip()
     if not token:
         raise Usage(f"--token-file {path}: empty (the run's secret on its first line)")
     return token

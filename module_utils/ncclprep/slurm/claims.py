@@ -14,7 +14,7 @@ import re
 import stat
 from collections.abc import Mapping
 
-from ansible.module_utils.ncclprep.atomic import write_atomic
+from ansible.module_utils.ncclprep.atomic import read_once, write_atomic
 from ansible.module_utils.ncclprep.checks import BAD
 from ansible.module_utils.ncclprep.slurm import rules as slurm
 
@@ -222,24 +222,14 @@ def hand_over(job_id: str, why: str, folder: str = TAKEN_DIR) -> None:
 
 
 def taken_over(job_id: str, folder: str = TAKEN_DIR) -> str | None:
-    """The claim ``hand_over`` left for ``job_id``, removed; None when there is none or it is not
-    root's own (a regular file of this process's user in a folder only it can write). Raises nothing."""
+    """The claim ``hand_over`` left for ``job_id``, removed (atomic.read_once); None when there is
+    none or it is not root's own (a regular file of this process's user, in a folder only it can
+    write). Raises nothing."""
     try:
         path = os.path.join(folder, f"{_checked(job_id)}.json")
-        folder_st, st = os.lstat(folder), os.lstat(path)
+        folder_st = os.lstat(folder)
+        if folder_st.st_uid != os.geteuid() or folder_st.st_mode & 0o022 or not stat.S_ISDIR(folder_st.st_mode):
+            return None
+        return read_once(path, 1024).decode("utf-8", "replace") or None
     except (OSError, ValueError):
         return None
-    try:
-        me = os.geteuid()
-        if folder_st.st_uid != me or folder_st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode) or st.st_uid != me:
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as fh:
-            return fh.read(1024).decode("utf-8", "replace") or None
-    except OSError:
-        return None
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
