@@ -7,23 +7,18 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: managed_files
-short_description: Write the files a role manages, or compare them with what it would write now
+short_description: Write the files a role manages
 description:
   - Every entry of O(files) carries what the controller rendered from the role's own
     C(<role>_managed_files) list and this inventory (the C(ncclprep_managed_files) lookup).
-  - "O(state=check) (validate.yml's drift check) is read-only: it reads the node's file and reports
-    whether it matches, with a unified diff when it does not (a hand edit after provisioning, or an
-    inventory change not applied yet)."
-  - "O(state=present) (each role, in site.yml) writes every whole file (kinds C(file) and C(copy))
+  - "Each role, in site.yml, writes every whole file (kinds C(file) and C(copy))
     that differs, atomically (a temp file in the same folder, then a rename), owned by root with the
     entry's mode, making a missing parent folder (0755, root); it leaves a file that matches
     untouched. One module run for all of a role's files, where a template or copy task per file
     ran two modules each. Check mode reports what would change; C(--diff) shows it."
-  - "Kinds: C(file) and C(copy), the whole file byte for byte; C(block), only the lines between
-    the markers ansible.builtin.blockinfile writes (the rest of the file is other people's);
-    C(lines), lines that must be in the file (lineinfile, known_hosts): lines other people added
-    are no drift."
-  - Rules in module_utils/ncclprep/drift.py.
+  - "The comparison of every kind (C(file), C(copy), C(block), C(lines)) against the node is the
+    preflight engine's (check drift.files, on the record site.yml writes of these files):
+    module_utils/ncclprep/drift.py, which holds the rules of both."
 options:
   files:
     type: list
@@ -38,30 +33,14 @@ options:
   max_diff_lines: {type: int, default: 40, description: Lines of unified diff kept per file.}
   state:
     type: str
-    choices: [check, present]
-    default: check
+    choices: [present]
+    default: present
     description:
-      - check, compare only; present, write the whole files that differ (kinds file and copy only).
+      - present, write the whole files that differ (kinds file and copy only).
 author: ncclprep contributors
 """
 
 EXAMPLES = r"""
-- name: Compare the NCCL config with what nccl_env would write
-  managed_files:
-    files:
-      - {concern: nccl_env, path: /etc/nccl.conf, mode: "0644",
-         content: "{{ lookup('ansible.builtin.template', 'roles/nccl_env/templates/nccl.conf.j2') }}"}
-
-- name: Compare the hosts block and the known host keys
-  managed_files:
-    files:
-      - {concern: host_names, kind: block, path: /etc/hosts, mode: null,
-         marker: "# {mark} ncclprep host_names (managed by Ansible)", content: "10.0.0.1 node1\n10.0.0.2 node2\n"}
-      - {concern: ssh_trust, kind: lines, path: /etc/ssh/ssh_known_hosts, mode: null,
-         lines: ["node1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI...", "node2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI..."]}
-"""
-
-EXAMPLES += r"""
 - name: Ensure the NCCL files hold the settings
   managed_files:
     state: present
@@ -87,7 +66,7 @@ changed_paths:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ncclprep.drift import check_all, ensure
+from ansible.module_utils.ncclprep.drift import ensure
 
 
 def _shown(row: dict) -> str:
@@ -105,17 +84,10 @@ def main() -> None:
         argument_spec=dict(
             files=dict(type="list", elements="dict", required=True),
             max_diff_lines=dict(type="int", default=40),
-            state=dict(type="str", choices=["check", "present"], default="check"),
+            state=dict(type="str", choices=["present"], default="present"),
         ),
         supports_check_mode=True,
     )
-    write = module.params["state"] == "present"
-    if not write:
-        try:
-            module.exit_json(changed=False, files=check_all(module.params["files"], module.params["max_diff_lines"]),
-                             changed_paths=[])
-        except (ValueError, OSError) as exc:
-            module.fail_json(msg=f"{socket.gethostname()}: {exc}")
     rows = []
     for i, entry in enumerate(module.params["files"]):
         missing = [k for k in ("concern", "path") if k not in entry]
