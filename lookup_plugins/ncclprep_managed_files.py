@@ -11,8 +11,9 @@ the host's variables and the entry's ``vars``, as import_role would), a ``copy``
   ``copy`` entries it writes with its own task (not those another role writes), for
   library/managed_files.py ``state: present``: one module run writes every file that differs,
   where a template or copy task per file cost two module runs each (stat, then file);
-- validate.yml's drift check, ``query('ncclprep_managed_files', 'a', 'b', ...)``: every entry of
-  every concern named (blocks and lines too), for ``state: check``.
+- site.yml's record of what it wrote (roles/preflight/tasks/managed.yml),
+  ``query('ncclprep_managed_files', 'a', 'b', ...)``: every entry of every concern named (blocks and
+  lines too), which the preflight engine's drift.files holds the node's files against.
 
 Each returned row: ``{concern, kind, path, mode, content, marker, lines}``; content is the whole
 text (file, copy), the text between the markers (block) or None (lines).
