@@ -202,16 +202,16 @@ FAULTS = [
 _BY_ID = {f.id: f for f in FAULTS}
 #: The runs, in order: the faults of one run go in together. The first holds every fault that
 #: touches one node's own state only (a sysctl, torch's version file, a listener, the node's own
-#: /etc/hosts line, the dataset folder), each on a check of its own; the network's faults and the
-#: ones that hang the collectives run alone.
+#: /etc/hosts line, the dataset folder), each on a check of its own. A network fault shares a run
+#: with one on checks the network probe does not make (the MTU's data_plane.mtu and net.path_mtu
+#: beside a dropped port's net.ports; a refused port beside a name that no longer resolves, which
+#: the probe, measuring addresses, never reads); the ones that hang the collectives run alone.
 RUNS: list[tuple[Fault, ...]] = [tuple(_BY_ID[i] for i in ids) for ids in (
     ("sysctl", "torch-skew", "port-taken", "name-to-loopback", "dataset-missing"),
-    ("mtu-one-node",),
-    ("port-dropped",),
+    ("mtu-one-node", "port-dropped"),
     ("hand-edits", "firewall-off-open-and-key-refused"),
-    ("port-rejected",),
     ("ephemeral-dropped",),
-    ("name-unresolved",),
+    ("port-rejected", "name-unresolved"),
     ("ifname-missing",),
 )]
 

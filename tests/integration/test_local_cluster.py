@@ -15,6 +15,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import time
@@ -537,18 +538,26 @@ def test_a_claim_forged_from_a_users_job_drains_no_node(cluster):
 EXAMPLE = "/usr/local/share/ncclprep/slurm/preflight-train.sbatch"
 
 
-def batch(folder: str, need: int, what: str) -> tuple[subprocess.CompletedProcess, str]:
-    """The example batch job (site.yml installs it) on all nodes with NCCLPREP_NEED=``need``,
-    submitted from ``folder`` on node1 and waited for; returns sbatch's result and the job's output."""
+def batch(folder: str, need: int, what: str, settings: dict | None = None) -> tuple[subprocess.CompletedProcess, str]:
+    """The example batch job (site.yml installs it) on all nodes with NCCLPREP_NEED=``need`` (and
+    NCCLPREP_PREFLIGHT_SETTINGS, the preflight's own settings for this job, from ``settings``),
+    submitted from ``folder`` on node1 and waited for; returns the job's id (stdout) and exit code
+    (returncode; 124 when it ran past 400 s) and the job's output. Waited for by a loop on node1 that
+    reads the job's state every 0.5 s: sbatch --wait polls at growing intervals up to 10 s, which
+    cost each job here a few seconds after its end."""
     start = time.monotonic()
-    job = on("node1", f"rm -rf {folder} && mkdir -p {folder} && cd {folder} && NCCLPREP_NEED={need} "
-                      f"timeout 400 sbatch --wait --parsable --nodes {len(NODES)} {EXAMPLE}", timeout=420)
+    given = f"NCCLPREP_PREFLIGHT_SETTINGS={shlex.quote(json.dumps(settings))} " if settings else ""
+    job = on("node1", f"rm -rf {folder} && mkdir -p {folder} && cd {folder} && id=$(NCCLPREP_NEED={need} {given}"
+                      f"sbatch --parsable --nodes {len(NODES)} {EXAMPLE}) && echo $id && end=$((SECONDS + 400)) && "
+                      "while scontrol -o show job $id | grep -qE 'JobState=(PENDING|CONFIGURING|RUNNING) '; do "
+                      "[ $SECONDS -lt $end ] || { scancel --full $id; exit 124; }; sleep 0.5; done && "
+                      "scontrol -o show job $id | grep -oE ' (JobState|ExitCode)=[^ ]+' >&2", timeout=420)
     record(what, time.monotonic() - start)
-    if job.returncode == 124 and job.stdout.strip().isdigit():
-        # sbatch gave up waiting: the job itself is still queued or running; end it here
-        on("node1", f"scancel --full {job.stdout.strip()}")
+    ended = dict(kv.split("=", 1) for kv in job.stderr.split() if kv.startswith(("JobState=", "ExitCode=")))
+    status, _, signal = ended.get("ExitCode", "3:0").partition(":")  # the script's exit status : its signal
+    code = job.returncode or int(status) or (128 + int(signal) if int(signal or 0) else 0)
     output = on("node1", f"cat {folder}/ncclprep-*.out").stdout
-    return job, output
+    return subprocess.CompletedProcess(job.args, code, job.stdout, job.stderr), output
 
 
 @pytest.mark.usefixtures("slurm_left_idle")
@@ -646,6 +655,10 @@ def epilog_line(node: str, job_id: str, seconds: float = 120) -> str:
         time.sleep(2)
 
 
+#: A job's own preflight settings (NCCLPREP_PREFLIGHT_SETTINGS): the collectives at two small sizes.
+SMALL = {"probe": {"sizes": [4096, 65536]}}
+
+
 @pytest.mark.usefixtures("slurm_left_idle")
 def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_others(cluster):
     """Issue 25 item 4: node3's link rate-limited (tc tbf 200 Mbit/s): the job's preflight names node3
@@ -661,7 +674,9 @@ def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_ot
                  "/var/log/ncclprep-epilog.log")
     assert on("node3", "tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 100ms").returncode == 0
     try:
-        job, output = batch("/tmp/ncclprep-throttled", 2, "srun preflight + training, node3 throttled")
+        # the collectives at the small sizes only (the job's own settings): through node3's 200 Mbit/s
+        # their 16 MiB took some 25 s of each job, and the verdict here is net.bandwidth's
+        job, output = batch("/tmp/ncclprep-throttled", 2, "srun preflight + training, node3 throttled", SMALL)
         assert job.returncode == 0, job.stdout + job.stderr + output
         assert "0: ncclprep node preflight: FAIL net.bandwidth [node3]: " in output, output
         assert "vetted 2 of 3 (need 2): node1,node2; excluded: node3" in output
@@ -675,7 +690,7 @@ def test_a_jobs_preflight_names_a_throttled_node_and_the_training_runs_on_the_ot
                                f"node3: network strike 1 of 2 within 24 h (run:retest job-{first} "), line
         assert "re-test PASS: node1: passes" in epilog_line("node1", first)
         assert slurm_state("node3") == ("idle", "none")
-        short, output = batch("/tmp/ncclprep-throttled-all", 3, "srun preflight, node3 throttled, need 3")
+        short, output = batch("/tmp/ncclprep-throttled-all", 3, "srun preflight, node3 throttled, need 3", SMALL)
         assert short.returncode != 0
         assert "vetted 2 of 3 (need 3): node1,node2; excluded: node3" in output
         assert "training on" not in output
@@ -724,8 +739,12 @@ def test_without_its_intent_a_node_is_unknown_drains_nothing_and_a_jobs_prefligh
         record("node health wrapper (HealthCheckProgram)", time.monotonic() - start)
         assert unknown.returncode == 3 and "UNKNOWN" in unknown.stdout, unknown.stdout
         assert slurm_nodes() == {n: "idle" for n in NODES}
+        # the others wait for node2 the join deadline, here 10 s (--settings; the default is 30 s)
+        start = time.monotonic()
         job = on("node1", "cd /tmp && timeout 300 srun --nodes 3 --ntasks-per-node=1 --label "
-                          "ncclprep node preflight --report-dir /tmp/ncclprep-no-intent", timeout=320)
+                          "ncclprep node preflight --report-dir /tmp/ncclprep-no-intent "
+                          "--settings '{\"probe\": {\"join_timeout\": 10}}'", timeout=320)
+        record("srun preflight, node2 without its intent (join 10 s)", time.monotonic() - start)
         assert job.returncode != 0
         assert "1: ncclprep node preflight: node2: /etc/ncclprep/intent.json does not exist: run site.yml" in job.stderr
         assert "0: ncclprep node preflight: preflight FAIL on 3 nodes" in job.stdout, job.stdout + job.stderr

@@ -306,6 +306,13 @@ def test_settings_out_of_range_are_refused_before_anything_joins(tmp_path, capsy
         assert jobpreflight.main(argv, env={}) == EXIT_USAGE, given
         err = capsys.readouterr().err
         assert f"ncclprep node preflight: gpu02: the preflight settings: {error}\n" in err, err
+    # a batch job's environment gives them to every task srun starts; --settings, where given, wins
+    argv = ["--nodes", "gpu01,gpu02", "--intent", str(intent)]
+    env = {"NCCLPREP_PREFLIGHT_SETTINGS": json.dumps({"probe": {"blame_timeout": 9}})}
+    assert jobpreflight.main(argv, env=env) == EXIT_USAGE
+    assert "gpu02: preflight_probe_blame_timeout=9: valid: an integer >= 10" in capsys.readouterr().err
+    assert jobpreflight.main([*argv, "--settings", '{"net": {"timeout": 40}}'], env=env) == EXIT_USAGE
+    assert "preflight_probe_blame_timeout" not in capsys.readouterr().err
     assert opened == []
 
 

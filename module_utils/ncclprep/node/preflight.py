@@ -99,6 +99,9 @@ ENV_TOKEN = "NCCLPREP_PREFLIGHT_TOKEN"
 ENV_MEMBERS, ENV_RANK, ENV_RUN_ID = "NCCLPREP_MEMBERS", "NCCLPREP_RANK", "NCCLPREP_RUN_ID"
 #: The index Kubernetes gives each pod of an indexed Job (its rank when no other is given).
 ENV_K8S_INDEX = "JOB_COMPLETION_INDEX"
+#: This run's settings when --settings is not given (srun hands a job's environment to every task,
+#: so a batch job sets them once, e.g. smaller collective sizes; the same JSON as --settings).
+ENV_SETTINGS = "NCCLPREP_PREFLIGHT_SETTINGS"
 #: The job's store listens on the network probe's store port plus this (validate.yml's ports:
 #: the probe's store and its listener, +0 and +1).
 JOB_PORT_OFFSET = 2
@@ -748,7 +751,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", metavar="JSON",
                    help="this run's own values over the intent's, as a JSON object of sections: net, probe, smoke, "
                         "report, ssh (the preflight_* settings site.yml recorded) and node (connect_port, timeout, "
-                        "dataset_path); e.g. '{\"smoke\": {\"enabled\": false}}'")
+                        f"dataset_path); e.g. '{{\"smoke\": {{\"enabled\": false}}}}' (default ${ENV_SETTINGS})")
     p.add_argument("--rank", metavar="N",
                    help=f"with --members: this node's rank (default ${ENV_RANK}, else ${ENV_K8S_INDEX}, else this "
                         "node's place in the list)")
@@ -791,6 +794,7 @@ def main(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     opts.members = opts.members or (None if opts.nodes else env.get(ENV_MEMBERS)) or None
     opts.rank = opts.rank if opts.rank is not None else env.get(ENV_RANK) or env.get(ENV_K8S_INDEX)
     opts.run_id = opts.run_id or env.get(ENV_RUN_ID) or None
+    opts.settings = opts.settings if opts.settings is not None else env.get(ENV_SETTINGS) or None
     if opts.need is not None and opts.need < 1:
         print(f"ncclprep node preflight: {host}: --need={opts.need}: valid: an integer >= 1", file=sys.stderr)
         return EXIT_USAGE
