@@ -396,6 +396,20 @@ def killed(host, stage="phase 1 round 2/3", timeout=60):
             "error": f"no progress past '{stage}' within {timeout} s"}
 
 
+def test_what_a_lost_node_measured_after_it_froze_is_net_runs_and_blames_no_link():
+    """node3 paused during node2's path-MTU search to it (the fault suite's node3 frozen mid-probe):
+    no echo at any size, largest None. The row is net.run's (node3 gone), not a path-MTU fault of
+    node2 -> node3; nor is a stream to it cut short a slow link."""
+    rows = all_rows({("node2", "node3"): {"ok": False, "gbps": 0.01}, ("node1", "node3"): {"gbps": 0.02}})
+    rows[[(r["src"], r["dst"]) for r in rows].index(("node2", "node3"))]["path_mtu"]["largest"] = None
+    found = bad(check_network(records(rows, gone=["node3"]), CTX))
+    assert found["net.run"]["status"] == "HANG" and found["net.run"]["hosts"] == ["node3"]
+    assert list(found) == ["net.run"], found
+    # without node3 gone the same rows are a path-MTU fault and a slow node
+    found = bad(check_network(records(rows), CTX))
+    assert found["net.path_mtu"]["hosts"] == ["node2 -> node3"] and found["net.bandwidth"]["hosts"] == ["node3"]
+
+
 def test_a_store_lost_because_its_host_was_killed_at_the_deadline_is_not_the_losers():
     """As a clean-clone CI run saw it (4 nodes, node3 paused mid-probe): node1 (the store's
     host) and node4 were killed at the 60 s deadline while node2, which had seen node3 go,

@@ -92,7 +92,12 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     if "tampered" in store_states(nets).values():
         return _check_tampered(nets, rows)
     out = [_check_run(nets, rows)]
-    good = [r for r in rows if not r.get("hang") and not r.get("error")]
+    # a direction to or from a node the probe lost (gone mid-run, never came) is net.run's: what it
+    # measured once the node froze (a path-MTU search with no echo at all, a stream cut short) would
+    # blame the link for the node (a paused node3 gave net.path_mtu FAIL [node2 -> node3])
+    lost = {h for n in nets.values() for h in (n.get("gone_hosts") or []) + (n.get("missing_hosts") or [])}
+    good = [r for r in rows if not r.get("hang") and not r.get("error") and r["src"] not in lost
+            and r["dst"] not in lost]
     tested = {(r["src"], r["dst"]) for r in good}
     out.append(_check_latency(good, tested, ctx))
     out.append(_check_bandwidth(good, tested, ctx, link_speeds(records)))
