@@ -16,6 +16,7 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Collection
 
 #: A netdev name ncclprep writes into root scripts, systemd units and netplan: 1 to 15 (the
 #: kernel's IFNAMSIZ less its NUL) of ASCII letters, digits, '_', '.' and '-', not starting with
@@ -404,7 +405,8 @@ def _text(value) -> str:
 
 
 def rendezvous(store, keeper: Keeper, rank: int, world: int, name: str, value: str, join_timeout_s: float,
-               slack_s: float, clock=time.monotonic) -> dict[int, str]:
+               slack_s: float, clock=time.monotonic, lost: Collection[int] = (),
+               lost_wait_s: float = 0.0) -> dict[int, str]:
     """Who takes part, decided once by rank 0 so that every rank sees the same: ``{rank: the value
     it posted}`` for the ranks that arrived, rank order.
 
@@ -417,16 +419,24 @@ def rendezvous(store, keeper: Keeper, rank: int, world: int, name: str, value: s
     themselves in ``<name>/read`` once they read it (await_readers). ``store``:
     a Sealed or signed_store. Raises StoreTampered: a value not this run's; the decision missing
     while the store answers; this rank left out after its own value was deleted (review N4: it
-    arrived, a host outside the run hid it). RuntimeError: the store stopped answering."""
+    arrived, a host outside the run hid it). RuntimeError: the store stopped answering.
+
+    ``lost``: ranks a step before this one already found gone (on rank 0, whose word decides):
+    rank 0 waits for each of them at most ``lost_wait_s`` seconds from its start, not the whole
+    ``join_timeout_s`` (a frozen node cost every later step its full deadline), after the others.
+    One that comes within it takes part as any other."""
     mine = f"{name}/{rank}"
     keeper.post(mine, value)
     if rank == 0:
-        end = clock() + join_timeout_s
+        start = clock()
+        end = start + join_timeout_s
         present = {0: value}
-        for r in range(1, world):
-            got = wait_read(store, f"{name}/{r}", end, clock)
+        order = [r for r in range(1, world) if r not in lost] + [r for r in range(1, world) if r in lost]
+        for r in order:
+            got = wait_read(store, f"{name}/{r}", min(end, start + lost_wait_s) if r in lost else end, clock)
             if got is not None:
                 present[r] = _text(got)
+        present = dict(sorted(present.items()))
         store.set(f"{name}/present", json.dumps({str(r): v for r, v in present.items()}))
     else:
         decision = json.loads(await_one(store, f"{name}/present", join_timeout_s + slack_s, keeper))

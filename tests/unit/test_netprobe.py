@@ -609,6 +609,28 @@ def test_the_first_node_decides_who_arrived_from_words_it_read_and_keeps_them():
     assert str(out[1]).endswith("and posted again: left out of the run, which it had joined")
 
 
+def test_a_rank_an_earlier_step_lost_is_waited_for_briefly_and_taken_when_it_comes():
+    """rendezvous(lost=...): the first node waits for a rank the probes already found gone only
+    lost_wait_s, not the whole join deadline (a frozen node cost the engine's still-here step 20 s
+    of every local run), after the others; a lost rank that does come in time takes part."""
+    from ansible.module_utils.ncclprep.netutil import Keeper, Sealed, rendezvous
+
+    raw, out = _DictStore(), {}
+
+    def rank(r):
+        store = Sealed(raw, TOKEN)
+        out[r] = rendezvous(store, Keeper(store), r, 4, "probed", "ready", 60.0, 2, lost=[1, 3], lost_wait_s=1.0)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in (0, 1, 2)]  # rank 3 never comes
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert out == {r: {0: "ready", 1: "ready", 2: "ready"} for r in (0, 1, 2)}
+    assert time.monotonic() - started < 30  # decided long before the 60 s join deadline
+
+
 def test_two_runs_with_one_token_seal_with_different_keys_and_a_replayed_salt_is_refused():
     """Review N15: a re-used run id (the re-test's key is derived from it) let values recorded in
     one run verify in the next. Rank 0 now draws a salt per run; the key is derived from it, and

@@ -365,7 +365,7 @@ def test_the_command_says_why_it_cannot_run_without_the_reports_libraries(tmp_pa
 
 
 class DictStore:
-    """The job's store as one node sees it alone: check, get and set on a dict."""
+    """The job's store as one node sees it alone: check, get, set and add on a dict."""
 
     def __init__(self):
         self.data = {}
@@ -378,6 +378,10 @@ class DictStore:
 
     def check(self, keys):
         return all(k in self.data for k in keys)
+
+    def add(self, key, amount):
+        self.data[key] = str(int(self.data.get(key, b"0")) + amount).encode()
+        return int(self.data[key])
 
 
 def one_node_run(tmp_path, monkeypatch, env, keep=(), doc=None, **opts):
@@ -400,7 +404,6 @@ def one_node_run(tmp_path, monkeypatch, env, keep=(), doc=None, **opts):
     monkeypatch.setattr(ddp_smoke, "run_job", run_job)
     monkeypatch.setattr(jobpreflight, "open_signed_store", lambda *a: (DictStore(), None))
     monkeypatch.setattr(nodecheck, "read_node", lambda reading: {"hostname": "gpu01"})
-    monkeypatch.setattr(jobpreflight.time, "sleep", lambda s: None)
     # the node's reading is not under test: only the run's own checks are kept
     evaluate = jobpreflight.evaluate
     monkeypatch.setattr(jobpreflight, "evaluate",
@@ -464,12 +467,11 @@ def test_a_node_lost_after_the_probes_is_left_out_of_the_training_job(tmp_path, 
     key = jobpreflight.run_key({"job_id": "7", "nodes": ["gpu01", "gpu02"]})
     decided = {"gpus": {0: f"0 {key}", 1: f"0 {key}"}, "probed": {0: "ready"}}
     asked, hostfiles = [], []
-    monkeypatch.setattr(jobpreflight, "rendezvous",
-                        lambda store, keeper, rank, world, name, *a: asked.append((name, rank, world)) or decided[name])
+    monkeypatch.setattr(jobpreflight, "rendezvous", lambda store, keeper, rank, world, name, *a, **kw:
+                        asked.append((name, rank, world)) or decided[name])
     monkeypatch.setattr(jobpreflight, "open_signed_store", lambda *a: (DictStore(), None))
     monkeypatch.setattr(jobpreflight, "missing_keys", lambda store, keys, _s: [k for k in keys if k not in store.data])
     monkeypatch.setattr(nodecheck, "read_node", lambda reading: {"hostname": "gpu01"})
-    monkeypatch.setattr(jobpreflight.time, "sleep", lambda s: None)
 
     def run_job(*args, env=None, **kwargs):
         hostfiles.append(open(env["NCCLPREP_HOSTFILE"]).read())

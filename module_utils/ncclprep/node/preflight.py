@@ -80,14 +80,20 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 from collections.abc import Callable, Mapping
 
 from ansible.module_utils.ncclprep.atomic import read_once, write_atomic
 from ansible.module_utils.ncclprep.checks import BAD, evaluate
 from ansible.module_utils.ncclprep.drift import check_record, inventory_row
-from ansible.module_utils.ncclprep.netutil import Keeper, StoreTampered, missing_keys, open_signed_store, rendezvous
+from ansible.module_utils.ncclprep.netutil import (
+    Keeper,
+    StoreTampered,
+    await_readers,
+    missing_keys,
+    open_signed_store,
+    rendezvous,
+)
 from ansible.module_utils.ncclprep.node import check as nodecheck
 from ansible.module_utils.ncclprep.node import settings as preflight_settings
 from ansible.module_utils.ncclprep.slurm.claims import CLAIMS_DIR, claim_of, write_claim
@@ -108,6 +114,8 @@ JOB_PORT_OFFSET = 2
 #: Seconds the first node waits for the other nodes' records after its own is done, and the
 #: others for its verdict after theirs: the report's evaluation and writing, and skew.
 GATHER_SLACK_S = 60.0
+#: Seconds the first node keeps its store up for the others to read the verdict.
+VERDICT_WAIT_S = 2.0
 #: Deadline of ``scontrol show hostnames``, seconds.
 SCONTROL_TIMEOUT = 10.0
 #: Why the training smoke job does not run without the job's secret: the launcher's rendezvous
@@ -583,8 +591,12 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
         record["probe"] = host_collectives(o["probe"], me, rank_layout(local_ranks, world), torch_error)
     # who is still here once the probes are done: the training job runs on them, and the first node
     # waits for their records only (a node lost since the join, frozen or gone, costs no deadline more)
+    # nodes the probes lost (the network probe's gone or missing ones, the collectives' missing ones)
+    gone = {h for part, key in (("net", "gone_hosts"), ("net", "missing_hosts"), ("probe", "missing_hosts"))
+            for h in (record[part] or {}).get(key) or []}
     try:
-        here, lost = still_here(store, present, rank, settings["probe"]["join_timeout"]), None
+        here, lost = still_here(store, present, rank, settings["probe"]["join_timeout"],
+                                [present.index(r) for r in present if names[r] in gone]), None
     except (StoreTampered, RuntimeError) as exc:
         here, lost = present, f"no word from {names[present[0]]} on who is still here: {exc}"
     if len(here) < len(present) and rank in here:
@@ -608,20 +620,33 @@ def run(doc: dict, job: dict, opts: argparse.Namespace, env: Mapping[str, str]) 
               file=sys.stderr)
         return EXIT_COULD_NOT_RUN
     result = json.loads(store.get("verdict"))
+    try:
+        store.add("verdict/read", 1)  # the first node may stop serving its store now
+    except RuntimeError:
+        pass
     print(f"ncclprep node preflight: {me}: {result['line']}")
     if job["launcher"] == "slurm":
         _leave_claim(job["job_id"], result.get("claim"), me)
     return result["code"]
 
 
-def still_here(store, present: list[int], rank: int, deadline_s: float) -> list[int]:
+#: Seconds the first node waits for a node the probes already lost (still_here).
+LOST_WAIT_S = 5.0
+
+
+def still_here(store, present: list[int], rank: int, deadline_s: float, lost: list[int] = ()) -> list[int]:
     """The ranks (of the job's nodes) still here once the probes are done: a rendezvous ``probed``
     among ``present`` (the ranks that joined), decided by the first node within ``deadline_s``
     seconds, the same list on every node. The training job's launcher waits for every node it is
     given, so a node lost since the join (frozen, gone) would hang it on all the others, and the
-    first node would wait out its deadline for that node's record. Raises StoreTampered or
-    RuntimeError as netutil.rendezvous does."""
-    got = rendezvous(store, Keeper(store), present.index(rank), len(present), "probed", "ready", deadline_s, 15)
+    first node would wait out its deadline for that node's record. ``lost``: indexes into
+    ``present`` of the nodes the first node's probes found gone (the network probe's gone hosts,
+    the collectives' missing ones): waited for LOST_WAIT_S seconds only, where a frozen node cost
+    the whole deadline (20 s of the local inventory's runs); one slow at the collectives' join
+    that comes in time still takes part. Raises StoreTampered or RuntimeError as
+    netutil.rendezvous does."""
+    got = rendezvous(store, Keeper(store), present.index(rank), len(present), "probed", "ready", deadline_s, 15,
+                     lost=lost, lost_wait_s=LOST_WAIT_S)
     return [present[i] for i in sorted(got)]
 
 
@@ -671,10 +696,12 @@ def _judge(store, mine: dict, names: list[str], here: list[int], settings: dict,
     say(f"{names[0]}: waiting for the other nodes' records")
     late = set(missing_keys(store, [f"record/{r}" for r in here if r], GATHER_SLACK_S))
     records = {names[0]: mine}
+    readers = 0  # the nodes that posted a record wait for the verdict
     for r in range(1, world):
         key = f"record/{r}"
         posted = key not in late if r in here else not missing_keys(store, [key], 0)
         records[names[r]] = json.loads(store.get(key)) if posted else {"alive": False}
+        readers += posted
     blame = (mine.get("probe") or {}).get("blame")
     for rec in records.values():  # the collective blame ran on the first node: every record holds it
         if rec.get("alive", True):
@@ -728,8 +755,9 @@ def _judge(store, mine: dict, names: list[str], here: list[int], settings: dict,
                          default=str))
     elif opts.json:
         print(json.dumps(dict(result, report_dir=run_dir, problems=problems), sort_keys=True))
-    # the others read the verdict from this node's store: keep it up until they have it
-    time.sleep(2)
+    # the others read the verdict from this node's store: keep it up until each of those whose record
+    # came said it has it (a node lost since costs the wait's 2 s; it stood at 2 s for every run)
+    await_readers(store, "verdict", readers, VERDICT_WAIT_S)
     return result["code"]
 
 
