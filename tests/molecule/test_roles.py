@@ -27,12 +27,13 @@ import pytest
 import ncclprep
 
 REPO = ncclprep.REPO_ROOT
-#: Seconds each scenario took in one CI run (2026-12-04, all steps, two at a time). Scenarios run
+#: Seconds each scenario took in one CI run (2026-12-07, all steps but the first destroy, two at a
+#: time; firewall and nic_mtu less the node image build both waited on). Scenarios run
 #: longest first (a role not listed first of all), so the two lanes end close together: in
 #: name order the lane with firewall (241 s) and nic_mtu (163 s) ended about a minute after the other.
-SCENARIO_SECONDS = {"firewall": 241, "nic_mtu": 163, "ssh_trust": 105, "torch_runtime": 88, "nccl_env": 86,
-                    "rps_rfs": 75, "numa_pinning": 64, "sysctl_tuning": 62, "host_names": 55, "roce_qos": 43,
-                    "slurm_health": 79}
+SCENARIO_SECONDS = {"firewall": 237, "nic_mtu": 207, "ssh_trust": 102, "rps_rfs": 86, "torch_runtime": 83,
+                    "slurm_health": 83, "sysctl_tuning": 64, "numa_pinning": 55, "nccl_env": 43, "host_names": 41,
+                    "roce_qos": 35}
 ROLES = sorted((os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(p))))
                 for p in glob.glob(os.path.join(REPO, "roles", "*", "molecule", "default", "molecule.yml"))),
                key=lambda role: (-SCENARIO_SECONDS.get(role, 10**6), role))
