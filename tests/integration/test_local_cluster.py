@@ -548,9 +548,9 @@ def batch(folder: str, need: int, what: str, settings: dict | None = None) -> tu
     start = time.monotonic()
     given = f"NCCLPREP_PREFLIGHT_SETTINGS={shlex.quote(json.dumps(settings))} " if settings else ""
     job = on("node1", f"rm -rf {folder} && mkdir -p {folder} && cd {folder} && id=$(NCCLPREP_NEED={need} {given}"
-                      f"sbatch --parsable --nodes {len(NODES)} {EXAMPLE}) && echo $id && end=$((SECONDS + 400)) && "
+                      f"sbatch --parsable --nodes {len(NODES)} {EXAMPLE}) && echo $id && end=$(($(date +%s) + 400)) && "
                       "while scontrol -o show job $id | grep -qE 'JobState=(PENDING|CONFIGURING|RUNNING) '; do "
-                      "[ $SECONDS -lt $end ] || { scancel --full $id; exit 124; }; sleep 0.5; done && "
+                      "[ $(date +%s) -lt $end ] || { scancel --full $id; exit 124; }; sleep 0.5; done && "
                       "scontrol -o show job $id | grep -oE ' (JobState|ExitCode)=[^ ]+' >&2", timeout=420)
     record(what, time.monotonic() - start)
     ended = dict(kv.split("=", 1) for kv in job.stderr.split() if kv.startswith(("JobState=", "ExitCode=")))
