@@ -5,12 +5,14 @@
 #   scripts/local_cluster.sh grow N             # keep the running nodes, start the missing ones up
 #                                               # to N (into Slurm too, when it runs Slurm)
 #   scripts/local_cluster.sh down               # remove nodes and network; safe to repeat
+#   scripts/local_cluster.sh image [--slurm]    # build the node image (with Slurm) when its inputs
+#                                               # changed, and nothing else
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
-usage() { echo "usage: $0 up [N] [--slurm] | grow N | down" >&2; exit 2; }
+usage() { echo "usage: $0 up [N] [--slurm] | grow N | down | image [--slurm]" >&2; exit 2; }
 action="${1:-}"
 [ $# -gt 0 ] && shift
 nodes="" slurm=false
@@ -26,6 +28,8 @@ case "$action" in
           -e "local_cluster_nodes=${nodes:-3}" -e "local_cluster_slurm=$slurm" ;;
   grow) [ -n "$nodes" ] && [ "$slurm" = false ] || usage
         ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=grow -e "local_cluster_nodes=$nodes" ;;
+  image) [ -z "$nodes" ] || usage
+        ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=image -e "local_cluster_slurm=$slurm" ;;
   down) [ -z "$nodes" ] && [ "$slurm" = false ] || usage
         if [ -f .cluster/containers.conf ] || command -v podman >/dev/null; then
           ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=absent

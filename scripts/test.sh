@@ -48,7 +48,7 @@ for k, v in json.load(open(sys.argv[1]))["spread"].items():
   printf '  %-71s %5d s  (%d min %02d s)\n' "total" $((SECONDS - run_start)) \
     $(((SECONDS - run_start) / 60)) $(((SECONDS - run_start) % 60))
   if [ "$rc" -eq 0 ]; then echo "== all passed"; else echo "== FAILED (exit $rc): ${failed[*]:-}"; fi
-  rm -f "$timings"
+  rm -f "$timings" "$timings.images.log"
   exit "$rc"
 }
 trap summary EXIT
@@ -73,10 +73,25 @@ if [ $# -gt 0 ]; then
   phase "pytest $*" python -m pytest --durations=15 "$@"
   exit 0
 fi
+# The node images (the plain one, then Slurm's) build while the unit tests run: on a fresh machine
+# they took about 150 s of the Molecule and integration phases, half of it waiting on the mirror and
+# the disk. Nothing else uses podman meanwhile; Molecule and the cluster find them built.
+if [ "$quick" -eq 0 ]; then
+  images_log="$timings.images.log"
+  (scripts/local_cluster.sh image && scripts/local_cluster.sh image --slurm) > "$images_log" 2>&1 &
+  images_pid=$!
+fi
+images() {
+  wait "$images_pid" && return 0
+  echo "the node images failed to build:" >&2
+  tail -40 "$images_log" >&2
+  return 1
+}
 # The pytest tiers by marker (pyproject.toml): a failing one does not stop the next.
 # two pytest-xdist workers: the unit tests are CPU-bound and independent (101.7 s against 162 s)
 phase "unit tests (two at a time)" python -m pytest -m "not molecule and not integration" -n 2 --durations=10 || true
 if [ "$quick" -eq 0 ]; then
+  phase "node images (built beside the unit tests; the wait for them)" images || true
   # two scenarios at a time, each pytest-xdist worker on nodes of its own, longest first and handed
   # out one at a time so the two lanes end together (tests/molecule/test_roles.py)
   phase "molecule (every role's scenario, two at a time)" python -m pytest -m molecule -n 2 --maxschedchunk 1 --durations=0 || true
