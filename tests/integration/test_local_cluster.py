@@ -542,15 +542,15 @@ def batch(folder: str, need: int, what: str, settings: dict | None = None) -> tu
     """The example batch job (site.yml installs it) on all nodes with NCCLPREP_NEED=``need`` (and
     NCCLPREP_PREFLIGHT_SETTINGS, the preflight's own settings for this job, from ``settings``),
     submitted from ``folder`` on node1 and waited for; returns the job's id (stdout) and exit code
-    (returncode; 124 when it ran past 400 s) and the job's output. Waited for by a loop on node1 that
-    reads the job's state every 0.5 s: sbatch --wait polls at growing intervals up to 10 s, which
-    cost each job here a few seconds after its end."""
+    (returncode; 124 when it ran past 400 s) and the job's output. Waited for, through its Epilogs
+    (COMPLETING), by a loop on node1 that reads the job's state every 0.5 s: sbatch --wait polls at
+    growing intervals up to 10 s, which cost each job here a few seconds after its end."""
     start = time.monotonic()
     given = f"NCCLPREP_PREFLIGHT_SETTINGS={shlex.quote(json.dumps(settings))} " if settings else ""
     job = on("node1", f"rm -rf {folder} && mkdir -p {folder} && cd {folder} && id=$(NCCLPREP_NEED={need} {given}"
                       f"sbatch --parsable --nodes {len(NODES)} {EXAMPLE}) && echo $id && end=$(($(date +%s) + 400)) && "
-                      "while scontrol -o show job $id | grep -qE 'JobState=(PENDING|CONFIGURING|RUNNING) '; do "
-                      "[ $(date +%s) -lt $end ] || { scancel --full $id; exit 124; }; sleep 0.5; done && "
+                      "while scontrol -o show job $id | grep -qE 'JobState=(PENDING|CONFIGURING|RUNNING|COMPLETING) '"
+                      "; do [ $(date +%s) -lt $end ] || { scancel --full $id; exit 124; }; sleep 0.5; done && "
                       "scontrol -o show job $id | grep -oE ' (JobState|ExitCode)=[^ ]+' >&2", timeout=420)
     record(what, time.monotonic() - start)
     ended = dict(kv.split("=", 1) for kv in job.stderr.split() if kv.startswith(("JobState=", "ExitCode=")))
