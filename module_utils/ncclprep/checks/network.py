@@ -95,7 +95,7 @@ def check_network(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
     # a direction to or from a node the probe lost (gone mid-run, never came) is net.run's: what it
     # measured once the node froze (a path-MTU search with no echo at all, a stream cut short) would
     # blame the link for the node (a paused node3 gave net.path_mtu FAIL [node2 -> node3])
-    lost = {h for n in nets.values() for h in (n.get("gone_hosts") or []) + (n.get("missing_hosts") or [])}
+    lost = {h for hosts in _lost(nets).values() for h in hosts}
     good = [r for r in rows if not r.get("hang") and not r.get("error") and r["src"] not in lost
             and r["dst"] not in lost]
     tested = {(r["src"], r["dst"]) for r in good}
@@ -115,13 +115,18 @@ def store_states(nets: dict[str, dict]) -> dict[str, str]:
             for h, n in sorted(nets.items()) if n.get("store_error")}
 
 
+def _lost(nets: dict[str, dict]) -> dict[str, list[str]]:
+    """The hosts some node's probe lost: ``missing`` (never joined) and ``gone`` (left mid-run)."""
+    return {"missing": sorted({h for n in nets.values() for h in n.get("missing_hosts") or []}),
+            "gone": sorted({h for n in nets.values() for h in n.get("gone_hosts") or []})}
+
+
 def _run_evidence(nets: dict[str, dict], rows: list[dict]) -> dict:
     """What the probes said about the run: ``missing``, ``gone`` (hosts), ``hung`` (directions),
     ``store`` (the store errors), ``store_state`` (``store_states``), ``killed`` (host -> the
     stage its probe was killed at: status HANG with an error, as ``deadline.outcome_fields``
     writes it)."""
-    return {"missing": sorted({h for n in nets.values() for h in n.get("missing_hosts") or []}),
-            "gone": sorted({h for n in nets.values() for h in n.get("gone_hosts") or []}),
+    return {**_lost(nets),
             "hung": sorted(f"{r['src']} -> {r['dst']}" for r in rows if r.get("hang")),
             "store": sorted({n["store_error"] for n in nets.values() if n.get("store_error")}),
             "store_state": store_states(nets),
