@@ -29,6 +29,7 @@ from ansible.module_utils.ncclprep.probes.collective_blame import deadline_s as 
 from ansible.module_utils.ncclprep.drift import managed_entries  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import unsafe_rules, ufw_unintended  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.firewall import ufw_to_add as firewall_ufw_to_add  # noqa: E402
+from ansible.module_utils.ncclprep.concerns.host_names import others as hosts_others  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.nccl_env import check_env, resolve_env  # noqa: E402
 from ansible.module_utils.ncclprep.concerns.numa_pinning import irqs_off  # noqa: E402
 from ansible.module_utils.ncclprep.netutil import (  # noqa: E402
@@ -419,4 +420,5 @@ class FilterModule:
             "ncclprep_managed": managed,
             "ncclprep_preflight_problems": preflight_problems,
             "ncclprep_blame_deadline": blame_deadline,
+            "ncclprep_hosts_others": hosts_others,
         }

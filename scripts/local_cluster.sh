@@ -4,6 +4,8 @@
 #                                               # slurmctld on node1, slurmd on every node
 #   scripts/local_cluster.sh grow N             # keep the running nodes, start the missing ones up
 #                                               # to N (into Slurm too, when it runs Slurm)
+#   scripts/local_cluster.sh reboot NODE...     # stop and start the nodes as a reboot does; waits
+#                                               # until systemd has booted them and sshd answers
 #   scripts/local_cluster.sh down               # remove nodes and network; safe to repeat
 #   scripts/local_cluster.sh image [--slurm]    # build the node image (with Slurm) when its inputs
 #                                               # changed, and nothing else
@@ -12,9 +14,16 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
-usage() { echo "usage: $0 up [N] [--slurm] | grow N | down | image [--slurm]" >&2; exit 2; }
+usage() { echo "usage: $0 up [N] [--slurm] | grow N | reboot NODE... | down | image [--slurm]" >&2; exit 2; }
 action="${1:-}"
 [ $# -gt 0 ] && shift
+if [ "$action" = reboot ]; then
+  [ $# -gt 0 ] || usage
+  for n in "$@"; do case "$n" in *[!A-Za-z0-9-]*|"") usage ;; esac; done
+  names="$(printf '"%s",' "$@")"
+  exec ansible-playbook playbooks/local_cluster.yml -e local_cluster_state=reboot \
+    -e "{\"local_cluster_reboot\": [${names%,}]}"
+fi
 nodes="" slurm=false
 for arg in "$@"; do
   case "$arg" in

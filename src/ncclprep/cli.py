@@ -1,6 +1,6 @@
 """The ``ncclprep`` command: the local cluster, provisioning, the preflight, its reports, the doctor.
 
-    ncclprep cluster up [--nodes N] [--slurm] | grow --nodes N | down
+    ncclprep cluster up [--nodes N] [--slurm] | grow --nodes N | reboot NODE... | down
                                                 the local podman cluster (playbooks/local_cluster.yml)
     ncclprep provision -i INVENTORY [ARGS...]   provision every node (site.yml)
     ncclprep validate -i INVENTORY [ARGS...]    the preflight: check, measure, report (validate.yml)
@@ -177,6 +177,10 @@ def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
     if args.action in ("up", "grow") and args.nodes < 2:
         print(f"ncclprep cluster {args.action}: --nodes {args.nodes}: valid: 2 or more nodes", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if (args.action == "reboot") != bool(args.names):
+        print(f"ncclprep cluster {args.action}: nodes {' '.join(args.names) or 'none'}: valid: reboot takes "
+              "one or more node names (node2 ...), the other actions none", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.slurm and args.action != "up":
         print(f"ncclprep cluster {args.action}: --slurm goes with up (grow keeps what the cluster runs)",
               file=sys.stderr)
@@ -186,6 +190,8 @@ def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
                  "-e", f"local_cluster_slurm={str(args.slurm).lower()}"]
     elif args.action == "grow":
         state = ["-e", "local_cluster_state=grow", "-e", f"local_cluster_nodes={args.nodes}"]
+    elif args.action == "reboot":
+        state = ["-e", "local_cluster_state=reboot", "-e", json.dumps({"local_cluster_reboot": args.names})]
     else:
         state = ["-e", "local_cluster_state=absent"]
     result = run_playbook("playbooks/local_cluster.yml", None, [*state, *extra], f"cluster {args.action}",
@@ -193,7 +199,8 @@ def _cluster_command(args: argparse.Namespace, extra: list[str]) -> int:
     code = EXIT_PASS if result.rc == 0 and not result.failures else EXIT_COULD_NOT_RUN
     if code == EXIT_PASS:
         _out(f"ncclprep cluster {args.action}: done in {result.elapsed_s:.0f} s"
-             + (f"; {args.nodes} nodes in inventory/local" if args.action != "down" else "")
+             + (f"; {args.nodes} nodes in inventory/local" if args.action in ("up", "grow") else "")
+             + (f"; {', '.join(args.names)} booted and answer SSH" if args.action == "reboot" else "")
              + ("; Slurm: slurmctld on node1, every node idle in sinfo" if args.slurm else ""))
     else:
         _explain_failure(result, f"cluster {args.action}")
@@ -232,9 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="bring the local podman cluster up or down", epilog=PLAYBOOK_EPILOG,
                        description="The local test cluster of podman containers (playbooks/local_cluster.yml); "
                                    "its inventory is inventory/local.", allow_abbrev=False)
-    p.add_argument("action", choices=("up", "grow", "down"),
+    p.add_argument("action", choices=("up", "grow", "reboot", "down"),
                    help="up: a fresh cluster; grow: keep the running nodes, start the missing ones up to --nodes "
-                        "(into Slurm too, where it runs Slurm); down: remove it")
+                        "(into Slurm too, where it runs Slurm); reboot NODE...: stop and start those nodes as a "
+                        "reboot does and wait until systemd has booted them and sshd answers; down: remove it")
+    p.add_argument("names", nargs="*", metavar="NODE", help="with reboot: the nodes (node2 ...)")
     p.add_argument("--nodes", type=int, default=3, help="nodes to start, or to grow to (default 3)")
     p.add_argument("--slurm", action="store_true",
                    help="with up: Debian's Slurm on the nodes, slurmctld on node1 and slurmd on every node")

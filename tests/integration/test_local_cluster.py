@@ -31,6 +31,7 @@ from localcluster import (
     NODES,
     REPO,
     STATE,
+    close_control_connections,
     env,
     load,
     on,
@@ -103,10 +104,10 @@ def test_site_is_idempotent_and_validate_passes(cluster, tmp_path_factory):
     # every file site.yml wrote on each node, as it wrote them: nccl_env's six (nccl.conf, the env file, the
     # debug env file, the launcher, the rendezvous guard, the template job), the sysctl drop-in,
     # ssh_trust's ssh config and known_hosts lines, the hosts block, rps_rfs's script and unit,
-    # numa_pinning's map, JSON map and wrapper, slurm_health's three wrappers (the cluster runs Slurm)
-    # (no IRQ script or unit: a veth has no IRQs; no roce_qos files: no RoCE port; no nic_mtu file:
-    # nothing defines eth0 at boot; no nftables table: ufw)
-    assert by["drift.files"]["measured"] == 18 * len(NODES)
+    # numa_pinning's map, JSON map and wrapper, slurm_health's three wrappers (the cluster runs Slurm),
+    # nic_mtu's netplan drop-in (the node's first boot wrote eth0's netplan file, as cloud-init does)
+    # (no IRQ script or unit: a veth has no IRQs; no roce_qos files: no RoCE port; no nftables table: ufw)
+    assert by["drift.files"]["measured"] == 19 * len(NODES)
     directions = {(a, b) for a in NODES for b in NODES if a != b}
     net = data["network"]
     for key in ("latency_p50_us", "latency_p99_us", "bandwidth_gbps", "path_mtu_largest", "ports"):
@@ -164,6 +165,38 @@ def test_node_check_gives_the_rows_validate_gives_each_node(cluster):
         on("node2", f"sysctl -qw net.core.somaxconn={before}")
     # the record is the health check's and the Prolog's verdict: leave a passing one behind
     assert node_check("node2", "--only", "sysctl_tuning")[0] == 0
+
+
+def test_a_rebooted_node_comes_back_tuned_without_site_yml(cluster, tmp_path_factory):
+    """Issue 41 item 2: node2, provisioned, reboots (`ncclprep cluster reboot`: systemd shuts down, a new
+    network namespace, the veth back at the network's MTU 9000, sysctls, qdiscs and ufw's live rules
+    fresh) and comes back with everything site.yml set: without site.yml, its node check gives the
+    rows it gave before the reboot, and validate.yml the statuses and hosts of the healthy run. Slurm
+    takes node2 back (ReturnToService=2) before the next test."""
+    if not STATE.get("healthy"):
+        pytest.skip("needs the healthy validate run of test_site_is_idempotent_and_validate_passes")
+    only = [m for m in NODE_MODULES if m != "dataset"]
+    code, before = node_check("node2", "--only", *only)
+    assert code == 0, before
+    # what a reboot must take away: a file in /run (tmpfs) and the live MTU podman's veth starts with
+    assert on("node2", "touch /run/ncclprep-before-reboot && ip link show eth0 | grep -q 'mtu 4096 '").returncode == 0
+    out = run([os.path.join(BIN, "ncclprep"), "cluster", "reboot", "node2"], timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "node2 booted and answer SSH" in out.stdout
+    close_control_connections()
+    assert on("node2", "test -e /run/ncclprep-before-reboot").returncode == 1
+    # booted clean: no unit failed (ufw, systemd-sysctl, networkd, the roles' units, slurmd)
+    state = on("node2", "systemctl is-system-running; systemctl list-units --failed --plain --no-legend")
+    assert state.stdout.split() == ["running"], state.stdout
+    code, after = node_check("node2", "--only", *only)
+    assert code == 0, after
+    assert after["checks"] == before["checks"]
+    reports = str(tmp_path_factory.mktemp("reports"))
+    val = playbook("validate", reports, extra=("-e", f"preflight_dataset_path={DATASET}"))
+    assert val.returncode == 0, val.stdout[-3000:]
+    rows = {(c["id"], c["status"], tuple(c.get("hosts") or [])) for c in load(reports)["checks"]}
+    assert rows == {(c["id"], c["status"], tuple(c.get("hosts") or [])) for c in load(STATE["healthy"])["checks"]}
+    assert all_idle() == dict.fromkeys(NODES, "idle")
 
 
 @pytest.fixture

@@ -140,8 +140,26 @@ def test_a_name_that_resolves_first_to_loopback_is_named_on_the_node_that_resolv
     assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
     assert c["message"] == (f"on node2: node2 resolves first to 127.0.1.1, a loopback address, then "
                             f"{row['expected']}: a rank there advertises loopback to its peers")
-    row["addresses"] = [row["expected"], "127.0.1.1"]  # the data-plane address first: what torch takes
+    # the data-plane address first (what torch takes), but two answers: issue 41's
+    # `hostname --ip-address` hands a batch script both
+    row["addresses"] = [row["expected"], "127.0.1.1"]
+    c = by_id(evaluate(rec, HOSTS))["names.resolve"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node2"]
+    assert c["message"] == (f"on node2: node2 resolves to 2 addresses ({row['expected']}, 127.0.1.1), not one: "
+                            "`hostname --ip-address` hands a launcher all of them")
+    row["addresses"] = [row["expected"]]
     assert by_id(evaluate(rec, HOSTS))["names.resolve"]["status"] == "PASS"
+
+
+def test_a_name_on_two_hosts_lines_with_one_address_fails_on_that_node():
+    """Issue 41: podman's (or an old provisioning's) line and host_names' block both map node3 to
+    its address on node1: the resolver answers twice, `hostname --ip-address` prints it twice."""
+    rec = healthy()
+    row = next(r for r in rec["node1"]["facts"]["host_names"] if r["name"] == "node3")
+    row["addresses"] = [row["expected"], row["expected"]]
+    c = by_id(evaluate(rec, HOSTS))["names.resolve"]
+    assert c["status"] == "FAIL" and c["hosts"] == ["node1"]
+    assert c["message"].startswith(f"on node1: node3 resolves to 2 addresses ({row['expected']}, {row['expected']})")
 
 
 def test_name_that_resolves_but_does_not_answer_blames_the_target():

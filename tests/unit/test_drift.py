@@ -433,6 +433,9 @@ def test_every_file_site_yml_writes_is_in_a_manifest():
         # half is a secret never rendered on the controller)
         ("ssh_trust", "Remove the cluster keys of earlier pairs"),  # removes lines, writes none
         ("numa_pinning", "Ensure irqbalance leaves the NIC's IRQs alone"),  # only where irqbalance is installed
+        # takes the published names off other people's lines of /etc/hosts (issue 41: one name, one
+        # address); its result is what check names.resolve reads on every node
+        ("host_names", "Take the published names off the other lines"),
         ("torch_runtime", "Copy the wheelhouse to the node"),  # the wheels: versions.torch checks what they install
         ("firewall", "Install the dead-man switch"),  # a tool, not configuration: installed by every run that uses it
         # the node check (`ncclprep node check`): a tool and the intent it judges by, not configuration a job

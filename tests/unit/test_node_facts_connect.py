@@ -85,3 +85,13 @@ print(rows[0]["error"])
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[1] == "look-up did not finish within 2 s"
     assert took < 10, took
+
+
+def test_resolve_keeps_every_answer_of_the_resolver_repeats_included(monkeypatch):
+    """Issue 41: two /etc/hosts lines mapping one name to one address give two answers; they were
+    folded into one, so names.resolve passed a name that `hostname --ip-address` prints twice."""
+    answer = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.77.29.12", 0))
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [answer, answer])
+    rows = node_facts.resolve([{"host": "node2", "names": ["node2"], "address": "10.77.29.12"}], 9, timeout=1,
+                              reach=False)
+    assert rows[0]["addresses"] == ["10.77.29.12", "10.77.29.12"]

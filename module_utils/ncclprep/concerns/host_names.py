@@ -38,11 +38,13 @@ def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
 
     facts ``host_names``: node_facts' look-ups of the host_names intent, ``[{host, name,
     expected (address), addresses (in the resolver's order), reachable (bool | None), error}]``.
-    Blame: a name that does not resolve, resolves elsewhere, or resolves first to a loopback
+    Blame: a name that does not resolve, resolves elsewhere, resolves first to a loopback
     address (Debian's and Ubuntu's ``127.0.1.1 <hostname>`` line: torch.distributed and Gloo
     take the first address, so the rank advertises 127.0.1.1 and its peers cannot reach it;
-    PyTorch's distributed docs and gloo's getaddrinfo use) is the resolving node's problem (its
-    /etc/hosts or DNS).
+    PyTorch's distributed docs and gloo's getaddrinfo use), or resolves to more than one address,
+    repeats counted (two /etc/hosts lines for one name: ``hostname --ip-address`` then prints
+    both, and the batch scripts that hand its output to torchrun as the rendezvous endpoint
+    break), is the resolving node's problem (its /etc/hosts or DNS).
     An address that does not answer names the link ``a -> b`` and blames the target b (down,
     or its firewall drops a peer). An address that answered only on node_facts' second try
     (the row's ``retried``: the first try's error) gives names.reachable WARN naming those links
@@ -64,6 +66,11 @@ def check(records: dict[str, HostRecord], ctx: Context) -> list[Check]:
             elif row.get("expected") and is_loopback(row["addresses"][0]):
                 resolve.append(f"on {host}: {row['name']} resolves first to {row['addresses'][0]}, a loopback "
                                f"address, then {row['expected']}: a rank there advertises loopback to its peers")
+                resolve_hosts.add(host)
+            elif row.get("expected") and len(row["addresses"]) > 1:
+                resolve.append(f"on {host}: {row['name']} resolves to {len(row['addresses'])} addresses "
+                               f"({', '.join(row['addresses'])}), not one: `hostname --ip-address` hands a "
+                               f"launcher all of them")
                 resolve_hosts.add(host)
             elif row.get("reachable") is False:
                 target = row.get("host") or row["name"]
@@ -140,8 +147,9 @@ def resolve(entries: list, port: int, timeout: float, reach: bool = True) -> lis
                "reachable": None, "error": None, "retried": []}
         try:
             infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-            # in the resolver's order: the first is what torch.distributed and Gloo take
-            row["addresses"] = list(dict.fromkeys(i[4][0] for i in infos))
+            # in the resolver's order (the first is what torch.distributed and Gloo take), one per
+            # answer: an address on two /etc/hosts lines is there twice (names.resolve fails it)
+            row["addresses"] = [i[4][0] for i in infos]
         except socket.gaierror as exc:
             row["error"] = f"cannot resolve: {exc}"
             return row
@@ -178,6 +186,45 @@ def resolve(entries: list, port: int, timeout: float, reach: bool = True) -> lis
             "host": job[0], "name": job[1], "expected": job[2], "addresses": [], "reachable": None,
             "error": f"look-up did not finish within {timeout * 2 + 1:.0f} s", "retried": []})
     return rows
+
+
+def others(text: str, names: list, marker: str) -> dict:
+    """The hosts file ``text`` (hosts(5): an address, then names, ``#`` to the end of the line a
+    comment) with every name of ``names`` taken off the lines outside this role's block, so that
+    the block's line is the one mapping of each: one name, one address.
+
+    ``marker``: the block's marker with ``{mark}`` (BEGIN and END; blockinfile's). Names compare
+    without case, as the resolver does. A line keeps its other names; a line left with none is
+    kept as a comment saying why (``# <line>  # ncclprep host_names: ...``), not deleted. Lines
+    in the block, comments and blank lines are not touched.
+
+    Returns ``{"text": the new text (== text when nothing was taken), "replaced": ["line N:
+    '<old line>' -> '<new line>'", ...]}``. Source of the rule: Debian's installer and cloud-init
+    write ``127.0.1.1 <hostname>``, and podman, cloud-init's manage_etc_hosts and older
+    provisioning a line of their own, for a name the block maps to the data-plane address."""
+    wanted = {n.lower() for n in names}
+    begin, end = marker.replace("{mark}", "BEGIN"), marker.replace("{mark}", "END")
+    out, replaced, inside = [], [], False
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        bare = line.rstrip("\n")
+        if bare == begin or bare == end:
+            inside = bare == begin
+            out.append(line)
+            continue
+        fields, _, _comment = bare.partition("#")
+        fields = fields.split()
+        if inside or len(fields) < 2 or not wanted & {f.lower() for f in fields[1:]}:
+            out.append(line)
+            continue
+        kept = [f for f in fields[1:] if f.lower() not in wanted]
+        taken = [f for f in fields[1:] if f.lower() in wanted]
+        if kept:
+            new = "\t".join([fields[0], " ".join(kept)]) + (f" #{_comment}" if _comment else "")
+        else:
+            new = f"# {bare}  # ncclprep host_names: {' '.join(taken)} mapped in its block"
+        replaced.append(f"line {number}: '{' '.join(bare.split())}' -> '{' '.join(new.split())}'")
+        out.append(new + ("\n" if line.endswith("\n") else ""))
+    return {"text": "".join(out), "replaced": replaced}
 
 
 # This concern's entry in the registry (concerns/__init__.py).
