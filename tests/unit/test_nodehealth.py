@@ -473,3 +473,67 @@ def test_what_a_break_it_review_found_in_the_hooks(tmp_path, capsys, monkeypatch
         assert got["action"] == "none" and "UNKNOWN (the verdict's rows cannot be read" in got["why"], rows
     with pytest.raises(ValueError):
         decide("node2", idle, {"status": "HANG"}, [], {"node2": idle}, NOW)
+
+
+def test_booted_at_is_the_start_of_pid_1(tmp_path):
+    """Issue 41 item 4: btime of /proc/stat plus PID 1's starttime (field 22, clock ticks)."""
+    (tmp_path / "1").mkdir()
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1796670000\nprocesses 9\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = ["S"] + ["0"] * 18 + [str(120 * ticks)] + ["0"] * 20
+    (tmp_path / "1" / "stat").write_text("1 (systemd (x)) " + " ".join(fields) + "\n")
+    assert nodehealth.booted_at(str(tmp_path)) == datetime.datetime.fromtimestamp(1796670120, datetime.timezone.utc)
+    assert nodehealth.booted_at(str(tmp_path / "none")) is None
+    real = nodehealth.booted_at()
+    assert real is not None and real <= datetime.datetime.now(datetime.timezone.utc)
+
+
+def test_a_record_from_before_the_boot_is_no_verdict(tmp_path):
+    booted = NOW - datetime.timedelta(minutes=2)
+    before = record([PASSING], minutes_ago=3)
+    v = record_verdict(before, 900, NOW, booted)
+    assert v["status"] == "UNKNOWN" and v["before_boot"] is True
+    assert v["why"] == ("the last node check ran before this boot (2026-12-05T18:58:00+00:00): not a verdict on "
+                        "the node as it is")
+    assert record_verdict(record([PASSING], minutes_ago=1), 900, NOW, booted)["status"] == "PASS"
+    slurm = Slurm(IDLE)
+    code, line, _ = health("node2", before, str(tmp_path / "ledger"), slurm, 900, now=NOW, booted=booted)
+    assert code == 3 and slurm.updates() == [] and "before this boot" in line
+
+
+def test_the_first_health_check_after_a_boot_runs_the_node_check_and_drains_on_its_failure(tmp_path, monkeypatch):
+    """Issue 41 item 4: slurmd runs HealthCheckProgram as it starts; the record of before the boot
+    passed, the node came back without its sysctl drop-in: the health check runs the node check
+    now (its --record the health check's) and drains the node on that record's FAIL."""
+    path = tmp_path / "node-check.json"
+    stale = record([PASSING], minutes_ago=30)
+    stale["generated_at"] = (datetime.datetime.now(datetime.timezone.utc)
+                             - datetime.timedelta(minutes=30)).isoformat()
+    path.write_text(json.dumps(stale))
+    fresh = dict(stale, generated_at=datetime.datetime.now(datetime.timezone.utc).isoformat(), checks=[SYSCTL])
+    script = tmp_path / "check.sh"
+    script.write_text(f"#!/bin/sh\n[ \"$1\" = --record ] && cat > \"$2\" <<'EOF'\n{json.dumps(fresh)}\nEOF\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(nodehealth, "REFRESH", [str(script)])
+    monkeypatch.setattr(nodehealth, "booted_at", lambda: datetime.datetime.now(datetime.timezone.utc)
+                        - datetime.timedelta(minutes=5))
+    slurm = Slurm(IDLE)
+    monkeypatch.setattr(nodehealth, "subprocess_runner", slurm)
+    monkeypatch.setattr(nodehealth, "refresh", lambda *a, **k: False)
+    assert nodehealth.main(["--node", "node2", "--record", str(path), "--ledger", str(tmp_path / "ledger")]) == 0
+    assert [c[2:4] for c in slurm.updates()] == [["NodeName=node2", "State=DRAIN"]]
+    assert json.loads(path.read_text())["checks"] == [SYSCTL]
+    # a node check that writes nothing leaves the verdict UNKNOWN, and nothing drained
+    path.write_text(json.dumps(stale))
+    script.write_text("#!/bin/sh\nexit 0\n")
+    slurm = Slurm(IDLE)
+    monkeypatch.setattr(nodehealth, "subprocess_runner", slurm)
+    assert nodehealth.main(["--node", "node2", "--record", str(path), "--ledger", str(tmp_path / "ledger2")]) == 3
+    assert slurm.updates() == []
+    # no record at all (a node whose first check is the one at its boot): the same, a check run now
+    path.unlink()
+    script.write_text(f"#!/bin/sh\n[ \"$1\" = --record ] && cat > \"$2\" <<'EOF'\n{json.dumps(fresh)}\nEOF\n")
+    slurm = Slurm(IDLE)
+    monkeypatch.setattr(nodehealth, "subprocess_runner", slurm)
+    assert nodehealth.main(["--node", "node2", "--record", str(path), "--ledger", str(tmp_path / "ledger3")]) == 0
+    assert [c[2:4] for c in slurm.updates()] == [["NodeName=node2", "State=DRAIN"]]

@@ -3,11 +3,14 @@
 ``node health``: the node's cached verdict acted on in seconds.
 
 Slurm runs HealthCheckProgram as root on every node at once and kills it after 60 s (22.05 has no
-HealthCheckTimeout; ../shared/reviews/slurm.md section 4), so this command never runs the checks
-itself. It judges by the record the last ``ncclprep node check`` wrote (nodecheck.RECORD_FILE)
-and, when that record is older than ``--refresh-after`` seconds, starts a fresh node check in the
-background (detached; its record is the next run's verdict). Then, with a deadline on every
-command:
+HealthCheckTimeout; ../shared/reviews/slurm.md section 4), so this command judges by the record
+the last ``ncclprep node check`` wrote (nodecheck.RECORD_FILE) and, when that record is older than
+``--refresh-after`` seconds, starts a fresh node check in the background (detached; its record is
+the next run's verdict). One exception: no record, or one made before this boot (``booted_at``),
+says nothing of what the boot put back, and slurmd runs HealthCheckProgram as it starts, before it
+registers, so that run runs the node check itself, under BOOT_CHECK_S (``check_now``), and judges
+its record: a node that came back without its tuning is drained before it takes a job. Then, with a deadline
+on every command:
 
 1. the node's verdict from the record: PASS, FAIL (the failed rows) or UNKNOWN (no record, one
    older than ``--max-age``, or one that cannot be read);
@@ -89,16 +92,38 @@ PROLOG_DEADLINE = 6.0
 EXIT_REQUEUE = 10
 #: Seconds a record may be dated ahead of this clock (clocks a little apart) and still count.
 FUTURE_S = 60.0
+#: Seconds the health check's own node check may take when the record predates the boot (slurmd
+#: runs HealthCheckProgram as it starts, before it registers, and kills it after 60 s; the Slurm
+#: commands, COMMAND_TIMEOUT each, come after).
+BOOT_CHECK_S = 30.0
+
+
+def booted_at(proc: str = "/proc") -> datetime.datetime | None:
+    """When this node last booted, UTC: the start of its PID 1, ``btime`` of ``proc``/stat (seconds
+    since the epoch the kernel booted) plus the ``starttime`` of ``proc``/1/stat (field 22, clock
+    ticks after that; proc(5)). On a host that is the boot; in a container (the local cluster's
+    nodes) the container's start, which is what a reboot is there. None when unreadable."""
+    try:
+        with open(os.path.join(proc, "stat"), encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        with open(os.path.join(proc, "1", "stat"), encoding="ascii", errors="replace") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        return datetime.datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), datetime.timezone.utc)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def record_verdict(record: dict | None, max_age: float, now: datetime.datetime) -> dict:
+def record_verdict(record: dict | None, max_age: float, now: datetime.datetime,
+                   booted: datetime.datetime | None = None) -> dict:
     """The verdict a node check's record gives (slurm.node_verdict's shape plus ``run``, its
     generated_at, and ``age_s``): UNKNOWN without a record, with one older than ``max_age``
-    seconds, or with one that is not a node check's. Raises nothing."""
+    seconds, with one made before ``booted`` (``before_boot`` True: a reboot loses what a boot does
+    not put back, so the verdict of before says nothing of the node now), or with one that is not
+    a node check's. Raises nothing."""
     if not record:
         return {"status": "UNKNOWN", "failed": [], "why": "no node check has run here yet", "run": None, "age_s": None}
     try:
@@ -111,6 +136,10 @@ def record_verdict(record: dict | None, max_age: float, now: datetime.datetime) 
     if age < -FUTURE_S:
         return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is dated {-age:.0f} s ahead of this "
                                                            "clock: not a verdict on the node as it is")
+    if booted is not None and datetime.datetime.fromisoformat(str(record["generated_at"])) < booted:
+        return dict(base, status="UNKNOWN", failed=[], before_boot=True,
+                    why=f"the last node check ran before this boot ({booted.isoformat(timespec='seconds')}): "
+                        "not a verdict on the node as it is")
     if age > max_age:
         return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is {age:.0f} s old (at most "
                                                            f"{max_age:.0f}): not a verdict on the node as it is")
@@ -288,6 +317,26 @@ def refresh(record_path: str, refresh_after: float, age_s: float | None, command
         return True
     except OSError:
         return False
+
+
+def check_now(record_path: str, record: dict | None, command: list[str] | None = None,
+              deadline: float = BOOT_CHECK_S) -> tuple[dict | None, str]:
+    """Run the node check (``command``, REFRESH when None) in the foreground under ``deadline``
+    seconds, its record written to ``record_path``, and read that record: the health check's first
+    run after a boot judges the node as it came back, not by the record of before. Returns ``(the
+    new record, or ``record`` when none came; the note for the printed line)``. Raises nothing."""
+    try:
+        subprocess.run(["timeout", "-k", "5", f"{deadline:g}", *(command or REFRESH), "--record", record_path],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=deadline + 10, check=False)
+        with open(record_path, encoding="utf-8") as fh:
+            fresh = json.load(fh)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return record, f"; the node check run after this boot gave no record ({exc})"
+    if not isinstance(fresh, dict) or fresh.get("generated_at") == (record or {}).get("generated_at"):
+        return record, f"; the node check run after this boot gave no record within {deadline:g} s"
+    return fresh, ("; judged by a node check run now (the last one predates this boot)" if record
+                   else "; judged by a node check run now (there was none)")
 
 
 def slurm_view(host: str, runner: Runner) -> tuple[dict | None, str | None]:
@@ -469,11 +518,13 @@ def _read_or_empty(path: str) -> list[dict]:
 
 def health(host: str, record: dict | None, ledger_path: str, runner: Runner, max_age: float,
            dry_run: bool = False, now: datetime.datetime | None = None, window: float = slurm.STRIKE_WINDOW_S,
-           max_drained: int = slurm.MAX_DRAINED, clock=time.time) -> tuple[int, str, dict]:
+           max_drained: int = slurm.MAX_DRAINED, clock=time.time,
+           booted: datetime.datetime | None = None) -> tuple[int, str, dict]:
     """Steps 1-4 of the module docstring for ``host``: ``(exit code, the line to print, {verdict,
-    decision, done})``. ``runner`` runs sinfo and scontrol (hostinfo.Runner). Raises nothing."""
+    decision, done})``. ``runner`` runs sinfo and scontrol (hostinfo.Runner); ``booted``: when the
+    node booted (record_verdict). Raises nothing."""
     now = now or _now()
-    verdict = record_verdict(record, max_age, now)
+    verdict = record_verdict(record, max_age, now, booted)
     out = {"verdict": verdict, "decision": None, "done": False}
     if verdict["status"] == "UNKNOWN":
         return EXIT_UNKNOWN, f"ncclprep health {host}: UNKNOWN ({verdict['why']}): neither drained nor resumed", out
@@ -675,7 +726,12 @@ def _main(argv: list[str], command: str) -> int:
                                ledger_path=opts.ledger, **rules)
         print(line + (f"; no claim can be left for the Epilog ({no_claims})" if no_claims else ""))
         return code
-    code, line, result = health(host, record, opts.ledger, subprocess_runner, opts.max_age, opts.dry_run, **rules)
+    booted, checked = booted_at(), ""
+    if not opts.no_refresh and (record is None or record_verdict(record, math.inf, _now(), booted).get("before_boot")):
+        record, checked = check_now(opts.record, record)
+    code, line, result = health(host, record, opts.ledger, subprocess_runner, opts.max_age, opts.dry_run,
+                                booted=booted, **rules)
+    line += checked
     if not opts.no_refresh and refresh(opts.record, opts.refresh_after, result["verdict"].get("age_s")):
         line += "; a fresh node check runs in the background"
     print(line)
