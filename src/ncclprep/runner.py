@@ -360,7 +360,9 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
         error = None if runner.status in ("successful", "failed") else f"ansible-playbook {runner.status}"
         if interrupted.is_set():
             error = "interrupted"
-        tail = _tail(runner) if (rc != 0 and not progress.failures) or (progress.no_hosts and not progress.recap) \
+        text = _stdout(runner)
+        _keep_log(saved.get("NCCLPREP_LOG"), label, playbook, args, text)
+        tail = _tail(text) if (rc != 0 and not progress.failures) or (progress.no_hosts and not progress.recap) \
             else []
     except KeyboardInterrupt:
         rc, error, tail = 130, "interrupted", []
@@ -376,12 +378,30 @@ def run_playbook(playbook: str, inventory: str | None, extra: list[str], label: 
                      no_hosts=progress.no_hosts, tasks=progress.tasks)
 
 
-def _tail(runner, lines: int = 15) -> list[str]:
-    """The last lines ansible-playbook printed (its own error for a refused argument or inventory)."""
+def _stdout(runner) -> str:
+    """Everything ansible-playbook printed in the run (ansible-runner keeps it in its private folder)."""
     try:
-        text = runner.stdout.read()
+        return runner.stdout.read()
     except (OSError, AttributeError):
-        return []
+        return ""
+
+
+def _keep_log(path: str | None, label: str, playbook: str, args: list[str], text: str) -> None:
+    """Append ansible-playbook's whole output of one run to ``path`` (``NCCLPREP_LOG``; nothing when
+    unset), under a line naming the run, so that the progress line can stand in for it on screen
+    (scripts/demo.sh). A file that cannot be written is said on standard error, once per run."""
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"== ncclprep {label}: ansible-playbook {playbook} {shlex.join(args)}\n")
+            fh.write(_ANSI_RE.sub("", text))
+    except OSError as exc:
+        print(f"ncclprep: NCCLPREP_LOG={path}: cannot write Ansible's output there: {exc}", file=sys.stderr)
+
+
+def _tail(text: str, lines: int = 15) -> list[str]:
+    """The last lines ansible-playbook printed (its own error for a refused argument or inventory)."""
     out = [ln for ln in (_ANSI_RE.sub("", t) for t in text.splitlines()) if ln.strip()]
     # a refused option: argparse's one error line, not the help text printed after it
     return [ln for ln in out if ln.startswith("ansible-playbook: error:")] or out[-lines:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 
 import pytest
 
@@ -300,7 +301,7 @@ def test_output_tail_has_no_colour_codes():
     class Fake:
         stdout = io.StringIO("\x1b[0;31m[ERROR]: Specified inventory leaves us with no hosts to target.\x1b[0m\n")
 
-    assert runner._tail(Fake()) == ["[ERROR]: Specified inventory leaves us with no hosts to target."]
+    assert runner._tail(runner._stdout(Fake())) == ["[ERROR]: Specified inventory leaves us with no hosts to target."]
 
 
 def test_an_option_ansible_playbook_does_not_know_is_a_usage_error():
@@ -314,7 +315,7 @@ def test_output_tail_of_a_usage_error_is_the_error_not_the_help():
         stdout = io.StringIO("usage: ansible-playbook [-h] [--version]\nansible-playbook: error: unrecognized "
                              "arguments: --frobnicate\n \nusage: ansible-playbook [-h]\n" + "  -b  become\n" * 40)
 
-    assert runner._tail(Fake()) == ["ansible-playbook: error: unrecognized arguments: --frobnicate"]
+    assert runner._tail(runner._stdout(Fake())) == ["ansible-playbook: error: unrecognized arguments: --frobnicate"]
 
 
 def test_report_usage_error_shows_the_report_usage(capsys):
@@ -390,3 +391,29 @@ def test_ctrl_c_cancels_the_playbook_and_the_handlers_are_given_back(tmp_path):
         except OSError:
             pass
     assert left == []
+
+
+def test_ncclprep_log_keeps_ansible_playbooks_whole_output_of_each_run(tmp_path, monkeypatch):
+    """Issue 41 item 5: scripts/demo.sh shows the progress line and keeps Ansible's output in the
+    file NCCLPREP_LOG names, run after run, without colour codes."""
+    from ncclprep.runner import run_playbook
+
+    book = tmp_path / "hello.yml"
+    book.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                    "    - name: Say hello\n      ansible.builtin.debug:\n        msg: hello from the play\n")
+    log = tmp_path / "demo.log"
+    monkeypatch.setenv("NCCLPREP_LOG", str(log))
+    for label in ("first", "second"):
+        out = io.StringIO()
+        result = run_playbook(str(book), None, ["-i", "localhost,", "-c", "local"], label, stream=out)
+        assert result.rc == 0
+        assert "hello from the play" not in out.getvalue()  # the screen has the progress line only
+    text = log.read_text()
+    assert text.count("hello from the play") == 2 and "\x1b[" not in text
+    assert text.startswith(f"== ncclprep first: ansible-playbook {book} -i localhost, -c local\n")
+    assert f"== ncclprep second: ansible-playbook {book}" in text and "PLAY RECAP" in text
+    monkeypatch.setenv("NCCLPREP_LOG", str(tmp_path / "no" / "such" / "folder.log"))
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert run_playbook(str(book), None, ["-i", "localhost,", "-c", "local"], "third", stream=io.StringIO()).rc == 0
+    assert "cannot write Ansible's output there" in err.getvalue()
