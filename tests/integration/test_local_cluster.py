@@ -621,7 +621,7 @@ def test_the_example_batch_job_runs_the_preflight_then_trains_on_the_vetted_node
     assert ran["torchrun.smoke"] == "PASS" and ran["net.bandwidth"] == "PASS" and ran["host.reachable"] == "PASS"
     assert ran["collective.all_reduce"] == "PASS" and ran["drift.files"] == "PASS" and ran["ssh.trust"] == "PASS"
     by = {c["id"]: c for c in cluster_json["checks"]}
-    assert by["drift.files"]["measured"] == 18 * len(NODES)  # every managed file, as validate.yml counts them
+    assert by["drift.files"]["measured"] == 19 * len(NODES)  # every managed file, as validate.yml counts them
     assert on("node1", f"test -s {folder}/ncclprep-reports/latest/report.html && "
                        f"test -s {folder}/ncclprep-reports/latest/junit.xml").returncode == 0
     STATE["srun_checks"] = ran
