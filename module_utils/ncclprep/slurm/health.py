@@ -127,7 +127,8 @@ def record_verdict(record: dict | None, max_age: float, now: datetime.datetime,
     if not record:
         return {"status": "UNKNOWN", "failed": [], "why": "no node check has run here yet", "run": None, "age_s": None}
     try:
-        age = (now - datetime.datetime.fromisoformat(str(record["generated_at"]))).total_seconds()
+        made = datetime.datetime.fromisoformat(str(record["generated_at"]))
+        age = (now - made).total_seconds()
         rows = list(record["checks"])
     except (KeyError, TypeError, ValueError) as exc:  # TypeError: a time without its zone, or no list
         return {"status": "UNKNOWN", "failed": [], "why": f"the record is not a node check's: {exc}", "run": None,
@@ -136,7 +137,7 @@ def record_verdict(record: dict | None, max_age: float, now: datetime.datetime,
     if age < -FUTURE_S:
         return dict(base, status="UNKNOWN", failed=[], why=f"the last node check is dated {-age:.0f} s ahead of this "
                                                            "clock: not a verdict on the node as it is")
-    if booted is not None and datetime.datetime.fromisoformat(str(record["generated_at"])) < booted:
+    if booted is not None and made < booted:
         return dict(base, status="UNKNOWN", failed=[], before_boot=True,
                     why=f"the last node check ran before this boot ({booted.isoformat(timespec='seconds')}): "
                         "not a verdict on the node as it is")
